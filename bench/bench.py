@@ -1,0 +1,111 @@
+"""GPU benchmark: sdpa against torch SDPA's FLASH, CUDNN and EFFICIENT backends
+in one process, on the same inputs (DESIGN.md section 9).
+
+Grid: bf16, d in {64, 128, 256}, s in {512 .. 16k} with b*s = 16k and
+h*d = 2048, causal on and off. FLOPs: forward 4*b*h*s_q*s_k*d (halved when
+causal); backward 2.5x that. Writes bench/results/<date>-<gpu>.json (schema of
+DESIGN.md section 9) and a markdown table beside it, and prints the table.
+
+  python3 bench/bench.py [--ops fwd,bwd] [--quick]
+"""
+import argparse
+import os
+import sys
+
+from common import cuda_time_ms, markdown_table, write_results
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import sdpa
+
+TORCH_BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION,
+                  "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
+                  "torch_efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def flops(op, b, h, s_q, s_k, d, causal):
+    f = 4.0 * b * h * s_q * s_k * d
+    if causal:
+        f /= 2
+    return f * (2.5 if op == "bwd" else 1.0)
+
+
+def bench_one(op, b, s, h, d, causal):
+    torch.manual_seed(0)
+    # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
+    k = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
+    v = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    rec = {"op": op, "dtype": "bf16", "b": b, "s_q": s, "s_k": s, "h": h, "h_k": h, "d": d,
+           "causal": causal, "paged": 0, "dropout": 0.0}
+    fl = flops(op, b, h, s, s, d, causal)
+
+    def tflops(fn):
+        try:
+            ms = cuda_time_ms(fn)
+            return fl / (ms * 1e-3) / 1e12
+        except Exception as e:  # a backend that cannot run this problem
+            print(f"  ({op} b={b} s={s} d={d} causal={causal}: {type(e).__name__}: {str(e)[:120]})",
+                  file=sys.stderr)
+            return None
+
+    if op == "fwd":
+        out = torch.empty_like(q)
+        rec["sdpa"] = tflops(lambda: sdpa.forward(q, k, v, causal=causal, out=out))
+        for name, be in TORCH_BACKENDS.items():
+            def run(be=be):
+                with sdpa_kernel(be):
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            rec[name] = tflops(run)
+    else:
+        out, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
+        dout = torch.randn_like(out)
+        rec["sdpa"] = tflops(lambda: sdpa.backward(dout, q, k, v, out, lse, causal=causal))
+        for name, be in TORCH_BACKENDS.items():
+            try:
+                with sdpa_kernel(be):
+                    o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+            except Exception:
+                rec[name] = None
+                continue
+            do = dout.transpose(1, 2)
+            rec[name] = tflops(lambda o=o, do=do: torch.autograd.grad(o, (qt, kt, vt), do,
+                                                                        retain_graph=True))
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="fwd")
+    ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
+    args = ap.parse_args()
+    gpu = torch.cuda.get_device_name()
+    seqs = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    records = []
+    for op in args.ops.split(","):
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                for s in seqs:
+                    b, h = 16384 // s, 2048 // d
+                    rec = bench_one(op, b, s, h, d, causal)
+                    for name in ("torch_flash", "torch_cudnn"):
+                        if rec.get("sdpa") and rec.get(name):
+                            rec["x_" + name.split("_")[1]] = rec["sdpa"] / rec[name]
+                    records.append(rec)
+                    print(f"{op} d={d} causal={int(causal)} s={s}: " + ", ".join(
+                        f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", *TORCH_BACKENDS)), flush=True)
+    cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
+            "torch_efficient", "x_flash", "x_cudnn"]
+    table = markdown_table(records, cols)
+    path = write_results(gpu, [{k: v for k, v in r.items() if not k.startswith("x_")} for r in records])
+    with open(path[:-5] + ".md", "w") as f:
+        f.write(f"# {gpu}, TFLOP/s (bf16), x_* = sdpa / torch backend\n\n{table}\n")
+    print(table)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+"""flash_attn.flash_attn_interface shim: re-exports sdpa.flash_attn_interface."""
+from sdpa.flash_attn_interface import *  # noqa: F401,F403
+from sdpa.flash_attn_interface import __all__  # noqa: F401

@@ -1,0 +1,434 @@
+"""The core calls: forward, backward, merge_states, explain, kernels.
+
+Each call fills the library's descriptor (initialised by sdpa_*_init, so
+struct_size and every default come from the library), allocates the outputs
+with the inputs' own library (torch.empty / numpy.empty, same device), and
+raises SdpaError(status, sdpa_last_error()) on failure.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+
+from . import _lib
+from . import _tensors as T
+from ._lib import SdpaError
+
+_EXPLAIN_BUF = 1 << 16
+
+
+def _invalid(msg):
+    return SdpaError(_lib.SDPA_ERR_INVALID_ARGUMENT, msg)
+
+
+def _align_code(align):
+    if isinstance(align, int):
+        return align
+    a = str(align).lower().replace("_", "-").replace(" ", "-")
+    if a in ("bottom-right", "br", "bottomright"):
+        return _lib.SDPA_ALIGN_BOTTOM_RIGHT
+    if a in ("top-left", "tl", "topleft"):
+        return _lib.SDPA_ALIGN_TOP_LEFT
+    raise _invalid("align = %r: expected 'bottom-right' or 'top-left'" % (align,))
+
+
+def _window(window):
+    if window is None:
+        return -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise _invalid("window = %r: expected a pair (left, right), -1 = unbounded" % (window,))
+    return int(left), int(right)
+
+
+def _bias4(bias):
+    """A bias of rank < 4 gets leading broadcast dimensions (views, no copy)."""
+    while bias.ndim < 4:
+        bias = bias[None]
+    return bias
+
+
+def _device_guard(dev):
+    if dev[0] == T.CUDA:
+        torch = T._torch()
+        if torch is not None and torch.cuda.current_device() != dev[1]:
+            return torch.cuda.device(dev[1])
+    return contextlib.nullcontext()
+
+
+class _Call:
+    """Collects the adapted arrays of one call: keeps them alive, checks that they
+    share one device, fills sdpa_tensor fields."""
+
+    def __init__(self, primary, name):
+        self.keep = []
+        self.primary = primary
+        self.dev = T.device_of(primary)
+        self.name = name
+
+    def arr(self, x, name, index=False):
+        if x is None:
+            return None
+        x = T.as_array(x, name)
+        if index:
+            x = T.to_int32(x)
+        dev = T.device_of(x)
+        if dev != self.dev:
+            raise _invalid("%s: on %s, but %s is on %s (every tensor of a call must be on one "
+                           "device)" % (name, T.describe_device(dev), self.name,
+                                        T.describe_device(self.dev)))
+        self.keep.append(x)
+        return x
+
+    def set(self, t, x, name):
+        if x is not None:
+            T.fill(t, x, name)
+
+
+def _seqlen_max(cu):
+    """max(cu[i+1] - cu[i]) (a host sync for device arrays)."""
+    if cu.shape[0] < 2:
+        return 0
+    d = cu[1:] - cu[:-1]
+    return int(d.max())
+
+
+def _fill_attn(c, a, q, k, v, *, causal, align, window, softcap, scale, alibi_slopes, bias,
+               dropout_p, seed, offset, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+               seqused_k, num_threads, kernel):
+    a.device = c.dev[0]
+    s = T.stream_of(c.dev)
+    a.stream = s
+    a.num_threads = int(num_threads or 0)
+    c.set(a.q, q, "q")
+    c.set(a.k, k, "k")
+    c.set(a.v, v, "v")
+    cu_q = c.arr(cu_seqlens_q, "cu_seqlens_q", index=True)
+    cu_k = c.arr(cu_seqlens_k, "cu_seqlens_k", index=True)
+    c.set(a.cu_seqlens_q, cu_q, "cu_seqlens_q")
+    c.set(a.cu_seqlens_k, cu_k, "cu_seqlens_k")
+    c.set(a.seqused_k, c.arr(seqused_k, "seqused_k", index=True), "seqused_k")
+    if c.dev[0] == T.CUDA:
+        # the library computes missing maxima only on the CPU device
+        if cu_q is not None and not max_seqlen_q:
+            max_seqlen_q = _seqlen_max(cu_q)
+        if cu_k is not None and not max_seqlen_k:
+            max_seqlen_k = _seqlen_max(cu_k)
+    a.max_seqlen_q = int(max_seqlen_q or 0)
+    a.max_seqlen_k = int(max_seqlen_k or 0)
+    a.scale = 0.0 if scale is None else float(scale)
+    a.softcap = float(softcap or 0.0)
+    c.set(a.alibi_slopes, c.arr(alibi_slopes, "alibi_slopes"), "alibi_slopes")
+    if bias is not None:
+        bias = _bias4(c.arr(bias, "bias"))
+        c.keep.append(bias)
+        T.fill(a.bias, bias, "bias")
+    a.causal = 1 if causal else 0
+    a.align = _align_code(align)
+    a.window_left, a.window_right = _window(window)
+    a.dropout_p = float(dropout_p or 0.0)
+    a.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    a.dropout_offset = int(offset)
+    if kernel:
+        kb = kernel.encode() if isinstance(kernel, str) else bytes(kernel)
+        c.keep.append(kb)
+        a.kernel = kb
+    return bias
+
+
+def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
+               scale=None, alibi_slopes=None, bias=None, dropout_p=0.0, seed=0, offset=0,
+               return_lse=False, return_probs=False, cu_seqlens_q=None, cu_seqlens_k=None,
+               max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, cache_seqlens=None,
+               block_table=None, cache_batch_idx=None, k_new=None, v_new=None, rotary_cos=None,
+               rotary_sin=None, rotary_interleaved=False, num_splits=0, num_threads=0,
+               kernel=None, out=None, lse=None, probs=None):
+    q = T.as_array(q, "q")
+    c = _Call(q, "q")
+    c.keep.append(q)
+    k = c.arr(k, "k")
+    v = c.arr(v, "v")
+    for x, n, r in ((q, "q", 3), (k, "k", 3), (v, "v", 3)):
+        if x.ndim < r:
+            raise _invalid("%s: rank %d; expected [b, s, h, d] (dense, cache) or [total, h, d] "
+                           "(varlen)" % (n, x.ndim))
+    varlen = cu_seqlens_q is not None
+    cache = cache_seqlens is not None
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = T.int32_on(q, [cache_seqlens] * int(q.shape[0]))
+
+    d = _lib.new_desc(_lib.sdpa_fwd_desc)
+    _fill_attn(c, d.attn, q, k, v, causal=causal, align=align, window=window, softcap=softcap,
+               scale=scale, alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p, seed=seed,
+               offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+               num_threads=num_threads, kernel=kernel)
+
+    h, d_v = q.shape[-2], v.shape[-1]
+    if varlen:
+        total_q = q.shape[0]
+        out_shape, lse_shape = (total_q, h, d_v), (h, total_q)
+    else:
+        b, s_q = q.shape[0], q.shape[1]
+        out_shape, lse_shape = (b, s_q, h, d_v), (b, h, s_q)
+    if out is None:
+        out = T.empty(q, out_shape)
+    else:
+        out = c.arr(out, "out")
+    c.set(d.out, out, "out")
+    if return_lse or lse is not None:
+        lse = T.empty(q, lse_shape, "float32") if lse is None else c.arr(lse, "lse")
+        c.set(d.lse, lse, "lse")
+    if return_probs or probs is not None:
+        if probs is None:
+            if varlen or cache:
+                raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
+                                "return_probs: the dense layout only (no cu_seqlens_q, no "
+                                "cache_seqlens)")
+            probs = T.empty(q, (q.shape[0], h, q.shape[1], k.shape[1]), "float32")
+        else:
+            probs = c.arr(probs, "probs")
+        c.set(d.probs, probs, "probs")
+
+    if cache:
+        c.set(d.cache_seqlens, c.arr(cache_seqlens, "cache_seqlens", index=True), "cache_seqlens")
+    c.set(d.block_table, c.arr(block_table, "block_table", index=True), "block_table")
+    c.set(d.cache_batch_idx, c.arr(cache_batch_idx, "cache_batch_idx", index=True),
+          "cache_batch_idx")
+    c.set(d.k_new, c.arr(k_new, "k_new"), "k_new")
+    c.set(d.v_new, c.arr(v_new, "v_new"), "v_new")
+    c.set(d.rotary_cos, c.arr(rotary_cos, "rotary_cos"), "rotary_cos")
+    c.set(d.rotary_sin, c.arr(rotary_sin, "rotary_sin"), "rotary_sin")
+    d.rotary_interleaved = 1 if rotary_interleaved else 0
+    d.num_splits = int(num_splits or 0)
+    return d, c, out, lse, probs
+
+
+def _forward_raw(q, k, v, **kw):
+    """forward() without autograd: one sdpa_fwd call."""
+    return_lse = kw.get("return_lse", False)
+    return_probs = kw.get("return_probs", False)
+    d, c, out, lse, probs = _build_fwd(q, k, v, **kw)
+    L = _lib.lib()
+    with _device_guard(c.dev):
+        _lib.check(L.sdpa_fwd(ctypes.byref(d)))
+    if not (return_lse or return_probs):
+        return out
+    res = (out, lse)
+    if return_probs:
+        res = res + (probs,)
+    return res
+
+
+def _wants_autograd(q, k, v, bias, kw):
+    if not T.is_torch(q):
+        return False
+    torch = T._torch()
+    if not torch.is_grad_enabled():
+        return False
+    if not any(x is not None and T.is_torch(x) and x.requires_grad for x in (q, k, v, bias)):
+        return False
+    return True
+
+
+_CACHE_KEYS = ("cache_seqlens", "block_table", "cache_batch_idx", "k_new", "v_new",
+               "rotary_cos", "rotary_sin")
+
+
+def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
+            scale=None, alibi_slopes=None, bias=None, dropout_p=0.0, seed=0, offset=0,
+            return_lse=False, return_probs=False, cu_seqlens_q=None, cu_seqlens_k=None,
+            max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, cache_seqlens=None, block_table=None,
+            cache_batch_idx=None, k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
+            rotary_interleaved=False, num_splits=0, num_threads=0, kernel=None, out=None):
+    """Fused attention forward (sdpa_fwd). See include/sdpa.h for the semantics.
+
+    Layouts: dense q [b, s_q, h, d], k [b, s_k, h_k, d], v [b, s_k, h_k, d_v];
+    varlen (cu_seqlens_q/k given) q [total_q, h, d] ...; KV cache (cache_seqlens
+    given, an int or int32 [b]) with k/v the cache, optionally paged (block_table)
+    and appended to in place (k_new, v_new, rotary).
+
+    Returns out, or (out, lse[, probs]) with return_lse / return_probs. lse is
+    f32 [b, h, s_q] (varlen [h, total_q]); probs f32 [b, h, s_q, s_k].
+
+    torch tensors that require grad (dense or varlen, no out=) go through
+    sdpa.torch_ops, so gradients flow to q, k, v and bias.
+    """
+    kw = dict(causal=causal, align=align, window=window, softcap=softcap, scale=scale,
+              alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p, seed=seed, offset=offset,
+              return_lse=return_lse, return_probs=return_probs, cu_seqlens_q=cu_seqlens_q,
+              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+              seqused_k=seqused_k, num_threads=num_threads, kernel=kernel)
+    cache_kw = dict(cache_seqlens=cache_seqlens, block_table=block_table,
+                    cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new,
+                    rotary_cos=rotary_cos, rotary_sin=rotary_sin)
+    if (out is None and cache_seqlens is None and _wants_autograd(q, k, v, bias, kw)):
+        from . import torch_ops
+        return torch_ops.attention(q, k, v, **kw)
+    return _forward_raw(q, k, v, rotary_interleaved=rotary_interleaved, num_splits=num_splits,
+                        out=out, **kw, **cache_kw)
+
+
+def _dbias_shape(bias):
+    """[b|1, h|1, s_q|1, s_k]: 1 wherever bias broadcasts (size 1 or stride 0)."""
+    if T.is_torch(bias):
+        strides = bias.stride()
+    else:
+        strides = [s // bias.itemsize for s in bias.strides]
+    return tuple(1 if (n == 1 or st == 0) and i < 3 else n
+                 for i, (n, st) in enumerate(zip(bias.shape, strides)))
+
+
+def _build_bwd(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", window=(-1, -1),
+               softcap=0.0, scale=None, alibi_slopes=None, bias=None, dbias=False,
+               dropout_p=0.0, seed=0, offset=0, cu_seqlens_q=None, cu_seqlens_k=None,
+               max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, deterministic=False,
+               num_threads=0, kernel=None, dq=None, dk=None, dv=None):
+    q = T.as_array(q, "q")
+    c = _Call(q, "q")
+    c.keep.append(q)
+    k, v = c.arr(k, "k"), c.arr(v, "v")
+    out, lse, dout = c.arr(out, "out"), c.arr(lse, "lse"), c.arr(dout, "dout")
+    if lse is None:
+        raise _invalid("lse = None: the backward needs the forward's lse (return_lse=True)")
+    d = _lib.new_desc(_lib.sdpa_bwd_desc)
+    bias4 = _fill_attn(c, d.attn, q, k, v, causal=causal, align=align, window=window,
+                       softcap=softcap, scale=scale, alibi_slopes=alibi_slopes, bias=bias,
+                       dropout_p=dropout_p, seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q,
+                       cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                       max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, num_threads=num_threads,
+                       kernel=kernel)
+    c.set(d.out, out, "out")
+    c.set(d.lse, lse, "lse")
+    c.set(d.dout, dout, "dout")
+    dq = T.empty(q, q.shape) if dq is None else c.arr(dq, "dq")
+    dk = T.empty(k, k.shape) if dk is None else c.arr(dk, "dk")
+    dv = T.empty(v, v.shape) if dv is None else c.arr(dv, "dv")
+    c.set(d.dq, dq, "dq")
+    c.set(d.dk, dk, "dk")
+    c.set(d.dv, dv, "dv")
+    want_dbias = dbias is not None and dbias is not False
+    if want_dbias:
+        if dbias is True:
+            if bias4 is None:
+                raise _invalid("dbias = True without a bias: pass the forward's bias")
+            dbias = T.empty(bias4, _dbias_shape(bias4))
+        else:
+            dbias = _bias4(c.arr(dbias, "dbias"))
+            c.keep.append(dbias)
+        c.set(d.dbias, dbias, "dbias")
+    d.deterministic = 1 if deterministic else 0
+    return d, c, dq, dk, dv, (dbias if want_dbias else None)
+
+
+def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", window=(-1, -1),
+             softcap=0.0, scale=None, alibi_slopes=None, bias=None, dbias=False, dropout_p=0.0,
+             seed=0, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+             max_seqlen_k=0, seqused_k=None, deterministic=False, num_threads=0, kernel=None,
+             dq=None, dk=None, dv=None):
+    """Attention backward (sdpa_bwd): the modifiers exactly as given to forward().
+
+    Returns (dq, dk, dv), or (dq, dk, dv, dbias) with dbias=True (allocated
+    [b|1, h|1, s_q|1, s_k], 1 where bias broadcasts) or dbias=<array>.
+    dk/dv are summed over the query heads of a GQA group."""
+    d, c, dq, dk, dv, db = _build_bwd(
+        dout, q, k, v, out, lse, causal=causal, align=align, window=window, softcap=softcap,
+        scale=scale, alibi_slopes=alibi_slopes, bias=bias, dbias=dbias, dropout_p=dropout_p,
+        seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+        deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv)
+    L = _lib.lib()
+    with _device_guard(c.dev):
+        _lib.check(L.sdpa_bwd(ctypes.byref(d)))
+    return (dq, dk, dv) if db is None else (dq, dk, dv, db)
+
+
+def merge_states(out_parts, lse_parts, *, out=None, lse=None, out_dtype=None):
+    """Exact merge of partial results over disjoint key sets (sdpa_merge_states).
+
+    out_parts [n, t, h, d] (f32/f16/bf16), lse_parts f32 [n, t, h] (any strides).
+    Returns (out [t, h, d] in out_parts' dtype or out_dtype, lse f32 [t, h])."""
+    out_parts = T.as_array(out_parts, "out_parts")
+    c = _Call(out_parts, "out_parts")
+    c.keep.append(out_parts)
+    lse_parts = c.arr(lse_parts, "lse_parts")
+    if out_parts.ndim != 4:
+        raise _invalid("out_parts: rank %d; expected [n, t, h, d]" % out_parts.ndim)
+    n, t, h, dd = out_parts.shape
+    d = _lib.new_desc(_lib.sdpa_merge_desc)
+    d.device = c.dev[0]
+    d.stream = T.stream_of(c.dev)
+    out = T.empty(out_parts, (t, h, dd), out_dtype) if out is None else c.arr(out, "out")
+    lse = T.empty(out_parts, (t, h), "float32") if lse is None else c.arr(lse, "lse")
+    c.set(d.out_parts, out_parts, "out_parts")
+    c.set(d.lse_parts, lse_parts, "lse_parts")
+    c.set(d.out, out, "out")
+    c.set(d.lse, lse, "lse")
+    L = _lib.lib()
+    with _device_guard(c.dev):
+        _lib.check(L.sdpa_merge_states(ctypes.byref(d)))
+    return out, lse
+
+
+def explain(q, k, v, *, backward=False, **kw):
+    """Which kernel the problem gets, and why not each of the others (a str).
+
+    The keywords are forward()'s (or, with backward=True, the modifiers of
+    backward(); outputs are allocated to describe the problem, nothing runs)."""
+    L = _lib.lib()
+    buf = ctypes.create_string_buffer(_EXPLAIN_BUF)
+    if not backward:
+        kw.pop("out", None)
+        d, c, *_ = _build_fwd(q, k, v, **kw)
+        _lib.check(L.sdpa_explain_fwd(ctypes.byref(d), buf, _EXPLAIN_BUF))
+    else:
+        fkw = {x: kw[x] for x in kw if x not in ("deterministic", "dbias")}
+        fkw["return_lse"] = True
+        fd, fc, out, lse, _ = _build_fwd(q, k, v, **fkw)
+        bkw = {x: kw[x] for x in kw if x not in ("return_lse", "return_probs") and
+               x not in _CACHE_KEYS}
+        d, c, *_ = _build_bwd(T.empty(out, out.shape), q, k, v, out, lse, **bkw)
+        _lib.check(L.sdpa_explain_bwd(ctypes.byref(d), buf, _EXPLAIN_BUF))
+    return buf.value.decode("utf-8", "replace")
+
+
+def _s(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def kernels():
+    """The kernel registry of the loaded library, in preference order (dicts)."""
+    L = _lib.lib()
+    res = []
+    for i in range(L.sdpa_kernel_count()):
+        info = _lib.sdpa_kernel_info()
+        _lib.check(L.sdpa_kernel_get(i, ctypes.byref(info)))
+        res.append({
+            "name": _s(info.name),
+            "op": _s(info.op),
+            "device": "cuda" if info.device == _lib.SDPA_DEVICE_CUDA else "cpu",
+            "min_arch": info.min_arch,
+            "max_arch": info.max_arch,
+            "dtypes": [x for x in _s(info.dtypes).split(",") if x],
+            "max_head_dim": info.max_head_dim,
+            "block_m": info.block_m,
+            "block_n": info.block_n,
+            "features": [x for x in _s(info.features).split(",") if x],
+        })
+    return res
+
+
+def version():
+    """The loaded library's version, "major.minor.patch"."""
+    n = _lib.lib().sdpa_version()
+    return "%d.%d.%d" % (n // 10000, (n // 100) % 100, n % 100)
+
+
+def cuda_available():
+    """True if the loaded library has the CUDA backend and a CUDA device is visible."""
+    return bool(_lib.lib().sdpa_cuda_available())
+
+
+def status_string(status):
+    return _s(_lib.lib().sdpa_status_string(int(status)))

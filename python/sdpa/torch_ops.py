@@ -1,0 +1,262 @@
+"""torch integration: autograd, torch.compile and CUDA graphs.
+
+    torch.ops.sdpa.fwd(...) -> (out, lse, probs)       a torch.library custom op
+    torch.ops.sdpa.bwd(...) -> (dq, dk, dv, dbias)     (torch >= 2.4)
+
+Both have fake (meta) implementations, so torch.compile traces them without
+running them, and fwd has an autograd formula (register_autograd) that calls
+bwd: gradients flow to q, k, v and bias. Each call passes torch's current CUDA
+stream, so the ops are captured by torch.cuda.graphs like any other kernel
+(dropout then replays the seed it was captured with).
+
+On torch < 2.4 (no torch.library.custom_op) the same math runs through the
+torch.autograd.Function SdpaAttention (eager only).
+
+lse is an output for inspection: it is treated as non-differentiable (as in
+flash_attn); a gradient flowing into it is ignored.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _core
+from ._lib import SdpaError
+
+Tensor = torch.Tensor
+
+HAVE_CUSTOM_OP = hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_fake")
+
+_U64 = 1 << 64
+
+
+def _signed(seed):
+    seed = int(seed) & (_U64 - 1)
+    return seed - _U64 if seed >= (1 << 63) else seed
+
+
+def _unsigned(seed):
+    return int(seed) & (_U64 - 1)
+
+
+def _empty0(like):
+    return like.new_empty((0,), dtype=torch.float32)
+
+
+# ---- the implementations (eager) --------------------------------------------------------
+
+def _fwd_impl(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k,
+              max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
+              window_right, dropout_p, seed, offset, return_probs, num_threads, kernel):
+    res = _core._forward_raw(
+        q, k, v, causal=causal, align=align, window=(window_left, window_right), softcap=softcap,
+        scale=scale, alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p,
+        seed=_unsigned(seed), offset=offset, return_lse=True, return_probs=return_probs,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, num_threads=num_threads,
+        kernel=kernel or None)
+    out, lse = res[0], res[1]
+    probs = res[2] if return_probs else _empty0(q)
+    return out, lse, probs
+
+
+def _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+              seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
+              window_right, dropout_p, seed, offset, deterministic, need_dbias, num_threads,
+              kernel):
+    dbias = None
+    if need_dbias:
+        if bias is None:
+            raise SdpaError(1, "dbias requested without a bias")
+        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
+    res = _core.backward(
+        dout, q, k, v, out, lse, causal=causal, align=align, window=(window_left, window_right),
+        softcap=softcap, scale=scale, alibi_slopes=alibi_slopes, bias=bias,
+        dbias=dbias if need_dbias else False, dropout_p=dropout_p, seed=_unsigned(seed),
+        offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
+        deterministic=deterministic, num_threads=num_threads, kernel=kernel or None)
+    dq, dk, dv = res[0], res[1], res[2]
+    return dq, dk, dv, (dbias if need_dbias else _empty0(q))
+
+
+def _fwd_shapes(q, k, v, cu_seqlens_q, return_probs):
+    h, d_v = q.shape[-2], v.shape[-1]
+    if cu_seqlens_q is not None:
+        out = (q.shape[0], h, d_v)
+        lse = (h, q.shape[0])
+    else:
+        out = (q.shape[0], q.shape[1], h, d_v)
+        lse = (q.shape[0], h, q.shape[1])
+    probs = (q.shape[0], h, q.shape[1], k.shape[1]) if return_probs else (0,)
+    return out, lse, probs
+
+
+# ---- torch.library custom ops --------------------------------------------------------------
+
+if HAVE_CUSTOM_OP:
+
+    @torch.library.custom_op("sdpa::fwd", mutates_args=())
+    def sdpa_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                 alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+                 cu_seqlens_k: Optional[Tensor], seqused_k: Optional[Tensor],
+                 max_seqlen_q: int, max_seqlen_k: int, scale: float, softcap: float,
+                 causal: bool, align: int, window_left: int, window_right: int,
+                 dropout_p: float, seed: int, offset: int, return_probs: bool,
+                 num_threads: int, kernel: str,
+                 deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        # deterministic is for the backward (the autograd formula reads it)
+        return _fwd_impl(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                         max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
+                         window_right, dropout_p, seed, offset, return_probs, num_threads, kernel)
+
+    @torch.library.register_fake("sdpa::fwd")
+    def _sdpa_fwd_fake(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                       max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
+                       window_right, dropout_p, seed, offset, return_probs, num_threads, kernel,
+                       deterministic):
+        so, sl, sp = _fwd_shapes(q, k, v, cu_seqlens_q, return_probs)
+        return (q.new_empty(so), q.new_empty(sl, dtype=torch.float32),
+                q.new_empty(sp, dtype=torch.float32))
+
+    @torch.library.custom_op("sdpa::bwd", mutates_args=())
+    def sdpa_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                 bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                 cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                 seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                 scale: float, softcap: float, causal: bool, align: int, window_left: int,
+                 window_right: int, dropout_p: float, seed: int, offset: int,
+                 deterministic: bool, need_dbias: bool, num_threads: int,
+                 kernel: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        return _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q,
+                         cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
+                         causal, align, window_left, window_right, dropout_p, seed, offset,
+                         deterministic, need_dbias, num_threads, kernel)
+
+    @torch.library.register_fake("sdpa::bwd")
+    def _sdpa_bwd_fake(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                       seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, align,
+                       window_left, window_right, dropout_p, seed, offset, deterministic,
+                       need_dbias, num_threads, kernel):
+        dbias = (bias.new_empty(bias.shape) if need_dbias and bias is not None
+                 else q.new_empty((0,), dtype=torch.float32))
+        return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dbias)
+
+    # inputs of sdpa::fwd, in order (the autograd formula's bookkeeping)
+    _FWD_ARGS = ("q", "k", "v", "bias", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k",
+                 "seqused_k", "max_seqlen_q", "max_seqlen_k", "scale", "softcap", "causal",
+                 "align", "window_left", "window_right", "dropout_p", "seed", "offset",
+                 "return_probs", "num_threads", "kernel", "deterministic")
+
+    def _setup_context(ctx, inputs, output):
+        a = dict(zip(_FWD_ARGS, inputs))
+        out, lse, _ = output
+        ctx.save_for_backward(a["q"], a["k"], a["v"], out, lse, a["bias"], a["alibi_slopes"],
+                              a["cu_seqlens_q"], a["cu_seqlens_k"], a["seqused_k"])
+        ctx.scalars = tuple(a[n] for n in _FWD_ARGS[8:19])  # max_seqlen_q .. offset
+        ctx.num_threads = a["num_threads"]
+        ctx.kernel = a["kernel"]
+        ctx.deterministic = a["deterministic"]
+
+    def _autograd_bwd(ctx, dout, dlse, dprobs):
+        q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        if dout.stride(-1) != 1:
+            dout = dout.contiguous()
+        need_dbias = bias is not None and ctx.needs_input_grad[3]
+        dq, dk, dv, dbias = torch.ops.sdpa.bwd(
+            dout, q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused, *ctx.scalars,
+            ctx.deterministic, need_dbias, ctx.num_threads, ctx.kernel)
+        return (dq, dk, dv, dbias if need_dbias else None) + (None,) * (len(_FWD_ARGS) - 4)
+
+    torch.library.register_autograd("sdpa::fwd", _autograd_bwd, setup_context=_setup_context)
+
+
+# ---- torch.autograd.Function (eager; also the path on torch < 2.4) -----------------------
+
+class SdpaAttention(torch.autograd.Function):
+    """out, lse, probs = SdpaAttention.apply(q, k, v, bias, alibi_slopes, cu_seqlens_q,
+    cu_seqlens_k, seqused_k, params) with params the tuple (max_seqlen_q,
+    max_seqlen_k, scale, softcap, causal, align, window_left, window_right,
+    dropout_p, seed, offset, return_probs, num_threads, kernel, deterministic)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k, params):
+        fwd_params = params[:14]
+        out, lse, probs = _fwd_impl(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                    seqused_k, *fwd_params)
+        ctx.save_for_backward(q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q,
+                              cu_seqlens_k, seqused_k)
+        ctx.params = params
+        ctx.mark_non_differentiable(lse, probs)
+        return out, lse, probs
+
+    @staticmethod
+    def backward(ctx, dout, dlse, dprobs):
+        q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused = ctx.saved_tensors
+        p = ctx.params
+        if dout.stride(-1) != 1:
+            dout = dout.contiguous()
+        need_dbias = bias is not None and ctx.needs_input_grad[3]
+        dq, dk, dv, dbias = _bwd_impl(dout, q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused,
+                                      *p[:11], p[14], need_dbias, p[12], p[13])
+        return dq, dk, dv, (dbias if need_dbias else None), None, None, None, None, None
+
+
+# ---- the entry point -----------------------------------------------------------------------
+
+def _last_dim_contiguous(x):
+    if x is not None and x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1:
+        return x.contiguous()
+    return x
+
+
+def _prepare_bias(bias):
+    """bias as a 4-D view whose broadcast dimensions have size 1: a stride-0
+    (expanded) dimension becomes a narrow(dim, 0, 1) of it, so that the library's
+    dbias (summed over size-1 dimensions) is exactly the gradient of that view
+    and autograd sums it back through the expand."""
+    if bias is None:
+        return None
+    bias = _core._bias4(bias)
+    for i in range(3):
+        if bias.shape[i] > 1 and bias.stride(i) == 0:
+            bias = bias.narrow(i, 0, 1)
+    return _last_dim_contiguous(bias)
+
+
+def attention(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
+              scale=None, alibi_slopes=None, bias=None, dropout_p=0.0, seed=0, offset=0,
+              return_lse=False, return_probs=False, cu_seqlens_q=None, cu_seqlens_k=None,
+              max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, num_threads=0, kernel=None,
+              deterministic=False, use_custom_op=None):
+    """Differentiable sdpa forward for torch tensors (dense or varlen layouts).
+
+    Same keywords as sdpa.forward (plus deterministic, used by the backward).
+    Returns out, or (out, lse[, probs])."""
+    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+    bias = _prepare_bias(bias)
+    wl, wr = _core._window(window)
+    if cu_seqlens_q is not None:
+        cu_seqlens_q = cu_seqlens_q.to(torch.int32)
+    if cu_seqlens_k is not None:
+        cu_seqlens_k = cu_seqlens_k.to(torch.int32)
+    if seqused_k is not None:
+        seqused_k = seqused_k.to(torch.int32)
+    scalars = (int(max_seqlen_q or 0), int(max_seqlen_k or 0),
+               0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal),
+               _core._align_code(align), wl, wr, float(dropout_p or 0.0), _signed(seed),
+               int(offset), bool(return_probs), int(num_threads or 0), kernel or "")
+    if use_custom_op is None:
+        use_custom_op = HAVE_CUSTOM_OP
+    if use_custom_op:
+        out, lse, probs = torch.ops.sdpa.fwd(q, k, v, bias, alibi_slopes, cu_seqlens_q,
+                                             cu_seqlens_k, seqused_k, *scalars,
+                                             bool(deterministic))
+    else:
+        out, lse, probs = SdpaAttention.apply(q, k, v, bias, alibi_slopes, cu_seqlens_q,
+                                              cu_seqlens_k, seqused_k,
+                                              scalars + (bool(deterministic),))
+    if not (return_lse or return_probs):
+        return out
+    return (out, lse, probs) if return_probs else (out, lse)

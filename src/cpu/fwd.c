@@ -1,0 +1,353 @@
+/*
+ * fwd.c - the CPU forward: FlashAttention's algorithm on host threads. Work
+ * items are (batch, head, query block, key split); each loads a block of
+ * BLOCK_M query rows in fp32, streams the visible keys in blocks of BLOCK_N
+ * (S = scale * Q K^T and O += P V through sdpa_cpu_gemm), applies the score
+ * modifiers only on tiles that need them (scores.c) and keeps an online
+ * softmax (running max and sum). Memory is O(tile) per thread; the s_q x s_k
+ * matrix is only ever written as the optional probs output (a second pass
+ * once lse is known). Layouts: dense, varlen, KV cache (contiguous or paged,
+ * after the in-place append of kvappend.c). With split-KV each split writes
+ * a partial (out, lse) to a workspace and a second pass merges them exactly
+ * (merge.c).
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "../common/dtype.h"
+#include "../error.h"
+#include "fwd_parts.h"
+#include "gemm.h"
+#include "parallel.h"
+#include "scores.h"
+
+/* Tile sizes: affect speed, never results beyond fp32 rounding.
+ * BLOCK_M rows share each K/V block load; BLOCK_N keys per softmax step.
+ * 2026-11-21, lent machine (16 Xeon cores, OpenBLAS 0.3.21 serial with
+ * OPENBLAS_CORETYPE=SkylakeX), b1 h16 s2048 d128 f32: 64x256 ~470 GFLOP/s
+ * before the core fix; with it 64x512 1270, 256x256 1420, 128x512 1540. */
+enum { BLOCK_M = 128, BLOCK_N = 512 };
+
+typedef struct fwd_ctx {
+  const sdpa_problem *p;
+  int64_t n_qblocks; /* per (batch, head): ceil(max s_q / BLOCK_M) */
+  int splits;
+  float *part_out;   /* splits > 1: [block item][split][BLOCK_M][d_v] */
+  float *part_lse;   /* splits > 1: [block item][split][BLOCK_M] */
+  float **scratch;   /* per thread */
+  size_t scratch_floats;
+  atomic_int failed;
+} fwd_ctx;
+
+/* per-thread scratch, fp32 tiles */
+typedef struct fwd_tiles {
+  float *q;    /* [BLOCK_M][d] */
+  float *k;    /* [BLOCK_N][d] */
+  float *v;    /* [BLOCK_N][d_v] */
+  float *s;    /* [BLOCK_M][BLOCK_N] */
+  float *o;    /* [BLOCK_M][d_v] */
+  float *m;    /* [BLOCK_M] running max */
+  float *l;    /* [BLOCK_M] running sum, then lse */
+  float *row;  /* [d_v] */
+  uint8_t *drop; /* [BLOCK_M][BLOCK_N] */
+} fwd_tiles;
+
+static size_t tiles_floats(const sdpa_problem *p) {
+  return (size_t)(BLOCK_M * p->d + BLOCK_N * p->d + BLOCK_N * p->d_v + BLOCK_M * BLOCK_N +
+                  BLOCK_M * p->d_v + 2 * BLOCK_M + p->d_v) +
+         (size_t)(BLOCK_M * BLOCK_N) / sizeof(float) + 16;
+}
+
+static int get_tiles(fwd_ctx *ctx, int tid, fwd_tiles *t) {
+  const sdpa_problem *p = ctx->p;
+  if (!ctx->scratch[tid]) {
+    ctx->scratch[tid] = (float *)malloc(sizeof(float) * ctx->scratch_floats);
+    if (!ctx->scratch[tid]) {
+      atomic_store(&ctx->failed, 1);
+      return 0;
+    }
+  }
+  float *f = ctx->scratch[tid];
+  t->q = f;
+  f += BLOCK_M * p->d;
+  t->k = f;
+  f += BLOCK_N * p->d;
+  t->v = f;
+  f += BLOCK_N * p->d_v;
+  t->s = f;
+  f += BLOCK_M * BLOCK_N;
+  t->o = f;
+  f += BLOCK_M * p->d_v;
+  t->m = f;
+  f += BLOCK_M;
+  t->l = f;
+  f += BLOCK_M;
+  t->row = f;
+  f += p->d_v;
+  t->drop = (uint8_t *)f;
+  return 1;
+}
+
+/* ---- tile loads ------------------------------------------------------------------ */
+
+static const char *elem_ptr(const void *base, sdpa_dtype t, int64_t off) {
+  return (const char *)base + (size_t)off * sdpa_dtype_size(t);
+}
+
+/* Q rows [i0, i0+mi) of (b, hh) into q[mi][d] fp32; rotated in the cache layout. */
+static void load_q(const sdpa_problem *p, int64_t b, int64_t hh, int64_t i0, int64_t mi,
+                   float *q) {
+  for (int64_t r = 0; r < mi; ++r) {
+    const int64_t i = i0 + r;
+    sdpa_cpu_load_row(elem_ptr(p->q, p->dtype, sdpa_q_offset(p, p->q_st, b, i, hh)), p->dtype,
+                      p->d, q + r * p->d);
+    if (p->layout == SDPA_LAYOUT_CACHE && p->rotary_dim > 0)
+      sdpa_cpu_rotary_row(p, q + r * p->d, (int64_t)p->cache_seqlens[b] + i);
+  }
+}
+
+/* Key-like rows [j0, j0+nj) of kv head hk: returns a pointer to fp32 rows and
+ * their stride, reading in place where the storage already is fp32 rows of
+ * one stride (f32, not paged), else converting into buf[nj][n]. */
+static const float *load_kv(const sdpa_problem *p, const void *base, sdpa_bshd st, int64_t n,
+                            int64_t b, int64_t hk, int64_t j0, int64_t nj, float *buf,
+                            int64_t *ld) {
+  if (p->dtype == SDPA_DTYPE_F32 && p->page_size == 0) {
+    *ld = st.ss;
+    return (const float *)base + sdpa_kv_offset(p, st, b, j0, hk);
+  }
+  for (int64_t c = 0; c < nj; ++c)
+    sdpa_cpu_load_row(elem_ptr(base, p->dtype, sdpa_kv_offset(p, st, b, j0 + c, hk)), p->dtype,
+                      n, buf + c * n);
+  *ld = n;
+  return buf;
+}
+
+/* S[mi][BLOCK_N] = the final scores of rows [i0, i0+mi) x keys [j0, j0+nj). */
+static void score_block(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t hh, int64_t hk,
+                        int64_t sq, int64_t sk, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+  int64_t ldk;
+  const float *k = load_kv(p, p->k, p->k_st, p->d, b, hk, j0, nj, t->k, &ldk);
+  sdpa_cpu_gemm(0, 1, (int)mi, (int)nj, (int)p->d, p->scale, t->q, (int)p->d, k, (int)ldk, 0.0f,
+                t->s, BLOCK_N);
+  if (sdpa_cpu_tile_needs_scores(p, sq, sk, i0, mi, j0, nj))
+    sdpa_cpu_score_tile(p, b, hh, sq, sk, i0, mi, j0, nj, t->s, BLOCK_N, NULL);
+}
+
+/* ---- probs (testing aid, dense only) ------------------------------------------------ */
+
+/* probs rows [i0, i0+mi) of (b, hh) over every key, given the final lse of the
+ * rows in lse[mi]; t->q must hold the rows' Q. */
+static void write_probs(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t hh, int64_t sq,
+                        int64_t sk, int64_t i0, int64_t mi, const float *lse) {
+  const int64_t hk = hh / (p->h / p->h_k);
+  const size_t es = sdpa_dtype_size(p->probs_dtype);
+  for (int64_t j0 = 0; j0 < sk; j0 += BLOCK_N) {
+    const int64_t nj = sk - j0 < BLOCK_N ? sk - j0 : BLOCK_N;
+    score_block(p, t, b, hh, hk, sq, sk, i0, mi, j0, nj);
+    if (p->dropout_p > 0.0f) sdpa_cpu_dropout_tile(p, b, hh, i0, mi, j0, nj, t->drop, BLOCK_N);
+    for (int64_t r = 0; r < mi; ++r) {
+      float *s = t->s + r * BLOCK_N;
+      if (lse[r] == INFINITY) {
+        for (int64_t c = 0; c < nj; ++c) s[c] = 0.0f;
+      } else {
+        sdpa_cpu_exp_sum(s, lse[r], s, nj);
+      }
+      if (p->dropout_p > 0.0f) {
+        const uint8_t *dr = t->drop + r * BLOCK_N;
+        for (int64_t c = 0; c < nj; ++c)
+          if (dr[c]) s[c] = -s[c];
+      }
+      char *dst = (char *)p->probs +
+                  (size_t)(b * p->probs_sb + hh * p->probs_sh + (i0 + r) * p->probs_sq + j0) * es;
+      sdpa_cpu_store_row(dst, p->probs_dtype, nj, s);
+    }
+  }
+}
+
+/* ---- one work item ----------------------------------------------------------------- */
+
+/* Writes the final rows (out, lse, probs) of a block from fp32 out o[mi][d_v]
+ * and lse[mi]. */
+static void write_rows(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t hh, int64_t sq,
+                       int64_t sk, int64_t i0, int64_t mi, const float *o, const float *lse) {
+  const size_t es = sdpa_dtype_size(p->dtype);
+  for (int64_t r = 0; r < mi; ++r) {
+    char *dst = (char *)p->out + (size_t)sdpa_q_offset(p, p->o_st, b, i0 + r, hh) * es;
+    sdpa_cpu_store_row(dst, p->dtype, p->d_v, o + r * p->d_v);
+    if (p->lse) p->lse[sdpa_lse_offset(p, b, i0 + r, hh)] = lse[r];
+  }
+  if (p->probs) write_probs(p, t, b, hh, sq, sk, i0, mi, lse);
+}
+
+/* item = ((b * h + hh) * n_qblocks + qb) * splits + split */
+static void fwd_task(void *vctx, int64_t item, int tid) {
+  fwd_ctx *ctx = (fwd_ctx *)vctx;
+  const sdpa_problem *p = ctx->p;
+  const int64_t split = item % ctx->splits;
+  const int64_t blk = item / ctx->splits;
+  const int64_t qb = blk % ctx->n_qblocks;
+  const int64_t bh = blk / ctx->n_qblocks;
+  const int64_t b = bh / p->h, hh = bh % p->h;
+  const int64_t hk = hh / (p->h / p->h_k);
+  const int64_t sq = sdpa_seq_len_q(p, b);
+  const int64_t sk = sdpa_seq_len_k(p, b);
+  const int64_t i0 = qb * BLOCK_M;
+  if (i0 >= sq) return;
+  const int64_t mi = sq - i0 < BLOCK_M ? sq - i0 : BLOCK_M;
+  fwd_tiles t;
+  if (!get_tiles(ctx, tid, &t)) return;
+
+  /* visible keys of the block: the union of its rows' ranges (monotone in i) */
+  int64_t lo, hi, lo2, hi2;
+  sdpa_key_range(p, i0, sq, sk, &lo, &hi);
+  sdpa_key_range(p, i0 + mi - 1, sq, sk, &lo2, &hi2);
+  hi = hi2 > sk ? sk : hi2;
+  if (hi < lo) hi = lo;
+  if (ctx->splits > 1) {
+    const int64_t nblk = (hi - lo + BLOCK_N - 1) / BLOCK_N;
+    const int64_t b0 = nblk * split / ctx->splits, b1 = nblk * (split + 1) / ctx->splits;
+    const int64_t nlo = lo + b0 * BLOCK_N, nhi = lo + b1 * BLOCK_N;
+    lo = nlo;
+    if (nhi < hi) hi = nhi;
+    if (hi < lo) hi = lo;
+  }
+
+  load_q(p, b, hh, i0, mi, t.q);
+  for (int64_t r = 0; r < mi; ++r) {
+    t.m[r] = -INFINITY;
+    t.l[r] = 0.0f;
+  }
+  memset(t.o, 0, sizeof(float) * (size_t)(mi * p->d_v));
+
+  for (int64_t j0 = lo; j0 < hi; j0 += BLOCK_N) {
+    const int64_t nj = hi - j0 < BLOCK_N ? hi - j0 : BLOCK_N;
+    score_block(p, &t, b, hh, hk, sq, sk, i0, mi, j0, nj);
+    /* online softmax: P = exp(S - m_new), rescale the running O and l */
+    for (int64_t r = 0; r < mi; ++r) {
+      float *s = t.s + r * BLOCK_N;
+      const float mx = sdpa_cpu_max(s, nj);
+      const float m_new = mx > t.m[r] ? mx : t.m[r];
+      if (m_new == -INFINITY) { /* nothing visible yet: P row = 0 */
+        memset(s, 0, sizeof(float) * (size_t)nj);
+        continue;
+      }
+      const float alpha = expf(t.m[r] - m_new); /* 0 when m was -inf */
+      const float sum = sdpa_cpu_exp_sum(s, m_new, s, nj);
+      t.l[r] = t.l[r] * alpha + sum;
+      t.m[r] = m_new;
+      if (alpha != 1.0f) {
+        float *o = t.o + r * p->d_v;
+        for (int64_t e = 0; e < p->d_v; ++e) o[e] *= alpha;
+      }
+    }
+    if (p->dropout_p > 0.0f) {
+      sdpa_cpu_dropout_tile(p, b, hh, i0, mi, j0, nj, t.drop, BLOCK_N);
+      for (int64_t r = 0; r < mi; ++r) {
+        float *s = t.s + r * BLOCK_N;
+        const uint8_t *dr = t.drop + r * BLOCK_N;
+        for (int64_t c = 0; c < nj; ++c)
+          if (dr[c]) s[c] = 0.0f;
+      }
+    }
+    int64_t ldv;
+    const float *v = load_kv(p, p->v, p->v_st, p->d_v, b, hk, j0, nj, t.v, &ldv);
+    sdpa_cpu_gemm(0, 0, (int)mi, (int)p->d_v, (int)nj, 1.0f, t.s, BLOCK_N, v, (int)ldv, 1.0f,
+                  t.o, (int)p->d_v);
+  }
+
+  /* normalize: out = O * keep_scale / l, lse = m + log l (+inf, 0 if empty) */
+  const float keep_scale = p->dropout_p > 0.0f ? p->drop_scale : 1.0f;
+  for (int64_t r = 0; r < mi; ++r) {
+    float *o = t.o + r * p->d_v;
+    if (t.l[r] > 0.0f && t.m[r] > -INFINITY) {
+      const float inv = keep_scale / t.l[r];
+      for (int64_t e = 0; e < p->d_v; ++e) o[e] *= inv;
+      t.l[r] = t.m[r] + logf(t.l[r]);
+    } else {
+      for (int64_t e = 0; e < p->d_v; ++e) o[e] = 0.0f;
+      t.l[r] = INFINITY;
+    }
+  }
+  if (ctx->splits == 1) {
+    write_rows(p, &t, b, hh, sq, sk, i0, mi, t.o, t.l);
+  } else {
+    const int64_t slot = blk * ctx->splits + split;
+    memcpy(ctx->part_out + slot * BLOCK_M * p->d_v, t.o, sizeof(float) * (size_t)(mi * p->d_v));
+    memcpy(ctx->part_lse + slot * BLOCK_M, t.l, sizeof(float) * (size_t)mi);
+  }
+}
+
+/* split-KV combine: item = (b * h + hh) * n_qblocks + qb */
+static void combine_task(void *vctx, int64_t blk, int tid) {
+  fwd_ctx *ctx = (fwd_ctx *)vctx;
+  const sdpa_problem *p = ctx->p;
+  const int64_t qb = blk % ctx->n_qblocks;
+  const int64_t bh = blk / ctx->n_qblocks;
+  const int64_t b = bh / p->h, hh = bh % p->h;
+  const int64_t sq = sdpa_seq_len_q(p, b);
+  const int64_t i0 = qb * BLOCK_M;
+  if (i0 >= sq) return;
+  const int64_t mi = sq - i0 < BLOCK_M ? sq - i0 : BLOCK_M;
+  fwd_tiles t;
+  if (!get_tiles(ctx, tid, &t)) return;
+  const float *po = ctx->part_out + blk * ctx->splits * BLOCK_M * p->d_v;
+  const float *pl = ctx->part_lse + blk * ctx->splits * BLOCK_M;
+  for (int64_t r = 0; r < mi; ++r)
+    t.l[r] = sdpa_cpu_merge_row(ctx->splits, pl + r, BLOCK_M, po + r * p->d_v, BLOCK_M * p->d_v,
+                                p->d_v, t.o + r * p->d_v);
+  if (p->probs) load_q(p, b, hh, i0, mi, t.q);
+  write_rows(p, &t, b, hh, sq, sdpa_seq_len_k(p, b), i0, mi, t.o, t.l);
+}
+
+/* ---- entry points ------------------------------------------------------------------ */
+
+int sdpa_cpu_num_splits(const sdpa_problem *p) {
+  if (p->num_splits > 0) return p->num_splits;
+  const int64_t tasks = p->b * p->h * ((p->s_q + BLOCK_M - 1) / BLOCK_M);
+  const int64_t kblocks = (p->s_k + BLOCK_N - 1) / BLOCK_N;
+  if (tasks >= p->num_threads || kblocks < 2) return 1;
+  /* about two items per thread, at least one key block per split */
+  int64_t n = (2 * (int64_t)p->num_threads + tasks - 1) / tasks;
+  if (n > kblocks) n = kblocks;
+  if (n > 128) n = 128;
+  return n < 1 ? 1 : (int)n;
+}
+
+sdpa_status sdpa_cpu_fwd(const sdpa_problem *p) {
+  if (p->layout == SDPA_LAYOUT_CACHE) SDPA_TRY(sdpa_cpu_kv_append(p));
+  if (p->b <= 0 || p->h <= 0 || p->s_q <= 0) return SDPA_OK;
+
+  fwd_ctx ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  ctx.p = p;
+  ctx.n_qblocks = (p->s_q + BLOCK_M - 1) / BLOCK_M;
+  ctx.splits = sdpa_cpu_num_splits(p);
+  ctx.scratch_floats = tiles_floats(p);
+  atomic_init(&ctx.failed, 0);
+  const int64_t blocks = p->b * p->h * ctx.n_qblocks;
+  ctx.scratch = (float **)calloc((size_t)p->num_threads, sizeof(float *));
+  SDPA_CHECK(ctx.scratch, SDPA_ERR_OUT_OF_MEMORY, "cpu forward: out of host memory");
+  if (ctx.splits > 1) {
+    const size_t slots = (size_t)(blocks * ctx.splits);
+    ctx.part_out = (float *)malloc(sizeof(float) * slots * (size_t)(BLOCK_M * p->d_v));
+    ctx.part_lse = (float *)malloc(sizeof(float) * slots * BLOCK_M);
+    if (!ctx.part_out || !ctx.part_lse) atomic_store(&ctx.failed, 1);
+  }
+  if (!atomic_load(&ctx.failed)) {
+    sdpa_cpu_parallel_for(p->num_threads, blocks * ctx.splits, fwd_task, &ctx);
+    if (ctx.splits > 1 && !atomic_load(&ctx.failed))
+      sdpa_cpu_parallel_for(p->num_threads, blocks, combine_task, &ctx);
+  }
+  for (int k = 0; k < p->num_threads; ++k) free(ctx.scratch[k]);
+  free(ctx.scratch);
+  free(ctx.part_out);
+  free(ctx.part_lse);
+  SDPA_CHECK(!atomic_load(&ctx.failed), SDPA_ERR_OUT_OF_MEMORY,
+             "cpu forward: out of host memory (%d threads x %zu bytes of tiles, %d splits)",
+             p->num_threads, ctx.scratch_floats * sizeof(float), ctx.splits);
+  return SDPA_OK;
+}

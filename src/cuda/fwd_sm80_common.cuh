@@ -1,0 +1,46 @@
+/*
+ * fwd_sm80_common.cuh - what every instance of the sm80 forward shares: the
+ * kernel's parameter struct (the validated problem by value plus the
+ * constants the host folds for it) and the small warp-level helpers of the
+ * online softmax. Included once per instance translation unit.
+ */
+#ifndef SDPA_FWD_SM80_COMMON_CUH
+#define SDPA_FWD_SM80_COMMON_CUH
+
+#include <stdint.h>
+
+#include "../problem.h"
+
+/* Passed by value (__grid_constant__) to every sm80 forward kernel. */
+typedef struct sdpa_fwd_sm80_params {
+  sdpa_problem p;
+  float scale_log2;   /* scale * log2(e): scores go to the exp2 domain in one multiply */
+  float softcap_pre;  /* scale / softcap (softcap > 0) */
+  float softcap_post; /* softcap * log2(e) */
+  float out_scale;    /* 1 / (1 - dropout_p), or 1 */
+  int h_per_hk;       /* h / h_k: query heads per kv head */
+  int has_softcap, has_alibi, has_mask, has_dropout;
+} sdpa_fwd_sm80_params;
+
+#define SDPA_LOG2E 1.4426950408889634f
+#define SDPA_LN2 0.6931471805599453f
+
+/* 2^x by the SFU (ex2.approx.ftz): 2^-inf = +0, ~2 ulp; the accuracy FA2 uses. */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* max / sum over the 4 lanes of a quad (the lanes that share an mma row). */
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+#endif /* SDPA_FWD_SM80_COMMON_CUH */

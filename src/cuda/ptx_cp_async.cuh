@@ -1,0 +1,35 @@
+/*
+ * ptx_cp_async.cuh - asynchronous global -> shared copies (cp.async.cg, 16
+ * bytes, L2 only) and their group fences. Minimum arch: sm_80.
+ *
+ * Contract: dst (shared) and src (global) are 16-byte aligned. With src_bytes
+ * < 16 only src_bytes bytes are read and the rest of the 16 destination bytes
+ * are zero-filled; src_bytes = 0 reads nothing (src must still be a valid
+ * pointer value, e.g. the tensor's base). A copy is visible to the issuing
+ * thread after cp_async_wait<n> leaves at most n of its groups pending, and to
+ * the other threads of the block after a __syncthreads() that follows the wait.
+ */
+#ifndef SDPA_PTX_CP_ASYNC_CUH
+#define SDPA_PTX_CP_ASYNC_CUH
+
+#include <stdint.h>
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Wait until at most 0 / 1 of this thread's committed groups are pending. */
+__device__ __forceinline__ void cp_async_wait_all(void) {
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+__device__ __forceinline__ void cp_async_wait_1(void) {
+  asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+#endif /* SDPA_PTX_CP_ASYNC_CUH */

@@ -1,0 +1,26 @@
+/*
+ * registry_rows.h - the CUDA registry rows, one per row of kernels.def (or of
+ * the generated, filtered copy when SDPA_KERNELS is set). Include it inside
+ * an initializer, after kernels.h:
+ *
+ *   #include "cuda/kernels.h"
+ *   static const sdpa_kernel_row cuda_rows[] = {
+ *   #include "cuda/registry_rows.h"
+ *   };
+ *
+ * `variant` is the row's index in the generated list (counted by __LINE__ is
+ * not stable, so it is left 0: no kernel reads it).
+ */
+#define SDPA_DT_F16_ SDPA_DT_F16
+#define SDPA_DT_BF16_ SDPA_DT_BF16
+#define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
+  {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
+   hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
+#ifdef SDPA_KERNEL_FILTER
+#include "sdpa_cuda_kernels.def"
+#else
+#include "kernels.def"
+#endif
+#undef SDPA_FWD_KERNEL
+#undef SDPA_DT_F16_
+#undef SDPA_DT_BF16_

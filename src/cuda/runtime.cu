@@ -1,0 +1,52 @@
+/*
+ * runtime.cu - what the host side of the CUDA backend asks of the device: the
+ * current device's compute capability (x10) and SM count, read once per
+ * device and cached (registry.h). 0 when no device is usable, so
+ * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`.
+ */
+#include <cuda_runtime.h>
+
+#include "../registry.h"
+
+#define SDPA_MAX_DEVICES 64
+
+/* 0 = not read yet; -1 = unusable; else the value. Races only store the
+ * same value twice. */
+static int arch_cache[SDPA_MAX_DEVICES];
+static int sm_cache[SDPA_MAX_DEVICES];
+
+static int read_device(int *dev_out) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError(); /* clear, so a later launch check does not see it */
+    return 0;
+  }
+  if (dev < 0 || dev >= SDPA_MAX_DEVICES) return 0;
+  if (arch_cache[dev] == 0) {
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      arch_cache[dev] = -1;
+      sm_cache[dev] = -1;
+    } else {
+      sm_cache[dev] = sms;
+      arch_cache[dev] = major * 10 + minor;
+    }
+  }
+  *dev_out = dev;
+  return 1;
+}
+
+extern "C" int sdpa_cuda_arch(void) {
+  int dev;
+  if (!read_device(&dev)) return 0;
+  return arch_cache[dev] > 0 ? arch_cache[dev] : 0;
+}
+
+extern "C" int sdpa_cuda_sm_count(void) {
+  int dev;
+  if (!read_device(&dev)) return 0;
+  return sm_cache[dev] > 0 ? sm_cache[dev] : 0;
+}

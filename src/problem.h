@@ -1,0 +1,180 @@
+/*
+ * problem.h - the validated, normalized attention problem that every backend
+ * and kernel consumes (one flat struct of pointers and int64 element strides,
+ * passed by value to CUDA kernels), and the small pure functions of the
+ * contract that backends share: per-sequence lengths, where key j of sequence
+ * b lives, and which (i, j) the mask keeps.
+ *
+ * Built by validate.c from the public descriptors; nothing in here touches
+ * memory the descriptor did not name. Usable from C and CUDA C (SDPA_HD).
+ */
+#ifndef SDPA_PROBLEM_H
+#define SDPA_PROBLEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+#ifdef __CUDACC__
+#define SDPA_HD __host__ __device__ __forceinline__
+#else
+#define SDPA_HD static inline
+#endif
+
+typedef enum sdpa_layout {
+  SDPA_LAYOUT_DENSE = 0,
+  SDPA_LAYOUT_VARLEN = 1,
+  SDPA_LAYOUT_CACHE = 2 /* KV cache: contiguous, or paged when block_table */
+} sdpa_layout;
+
+/* strides (elements) of a [b, s, h, x] tensor; varlen: sb = 0, rows by ss */
+typedef struct sdpa_bshd {
+  int64_t sb, ss, sh;
+} sdpa_bshd;
+
+typedef struct sdpa_problem {
+  int is_bwd;
+  sdpa_device device;
+  void *stream;
+  int num_threads;       /* CPU: resolved (>= 1) */
+  sdpa_dtype dtype;      /* q/k/v/out (and bias) dtype */
+  sdpa_layout layout;
+
+  int64_t b, h, h_k, d, d_v;
+  int64_t s_q, s_k;      /* dense: the lengths; varlen: max_seqlen_q/k; cache: s_q and
+                            the largest possible key count (s_cache or max_blocks*page) */
+  int64_t total_q, total_k; /* varlen: rows of q and k; dense: b*s_q, b*s_k */
+
+  const void *q, *k, *v;
+  sdpa_bshd q_st, k_st, v_st;  /* cache: k_st.sb is the cache row (or block) stride */
+  void *out;
+  sdpa_bshd o_st;
+  float *lse;            /* NULL if not asked; dense [b, h, s_q], varlen [h, total_q] */
+  int64_t lse_sb, lse_sh, lse_ss; /* varlen: lse_sb = 0, rows indexed by global row */
+
+  /* varlen */
+  const int32_t *cu_q, *cu_k, *seqused_k;
+
+  /* cache */
+  const int32_t *cache_seqlens, *block_table, *cache_batch_idx;
+  int64_t bt_stride;     /* block_table row stride */
+  int64_t max_blocks;    /* block_table columns */
+  int64_t page_size;     /* paged: rows per block; 0 = contiguous cache */
+  int64_t num_blocks;    /* paged: k.shape[0]; contiguous: b_cache */
+  const void *k_new, *v_new;
+  sdpa_bshd kn_st, vn_st;
+  int64_t s_new;         /* 0 without append */
+  const float *rot_cos, *rot_sin;
+  int64_t rot_stride;    /* row stride of cos/sin (same for both) */
+  int64_t rot_rows;      /* s_max */
+  int64_t rotary_dim;    /* 0 = no rotary */
+  int rotary_interleaved;
+
+  /* score modifiers */
+  float scale;           /* resolved (never 0 unless the caller's q.k should vanish) */
+  float softcap;         /* 0 = off */
+  const float *alibi;    /* NULL = off */
+  int64_t alibi_sb, alibi_sh; /* alibi_sb = 0 for [h] slopes */
+  const void *bias;      /* NULL = off; dense layout only */
+  int64_t bias_sb, bias_sh, bias_sq, bias_sk; /* 0 on broadcast dims */
+  int64_t window_left, window_right; /* -1 = unbounded; causal folded in (right = 0) */
+  int bottom_right;      /* 1: off = s_k - s_q; 0: off = 0 */
+
+  /* dropout */
+  float dropout_p;       /* 0 = off */
+  uint32_t drop_threshold; /* round(p * 65536): field < threshold drops */
+  float drop_scale;      /* 1 / (1 - p) */
+  uint64_t seed;
+  uint32_t offset;
+
+  void *probs;           /* NULL = off; dense [b, h, s_q, s_k] */
+  sdpa_dtype probs_dtype;
+  int64_t probs_sb, probs_sh, probs_sq;
+
+  int num_splits;        /* as asked: 0 = auto */
+  void *workspace;
+  size_t workspace_size;
+  const char *kernel;    /* forced kernel name or NULL */
+
+  /* backward */
+  const void *dout;
+  sdpa_bshd do_st;
+  void *dq, *dk, *dv;
+  sdpa_bshd dq_st, dk_st, dv_st;
+  void *dbias;           /* NULL = off; summed over dims whose stride is 0 here */
+  int64_t dbias_sb, dbias_sh, dbias_sq, dbias_sk;
+  int64_t dbias_nb, dbias_nh, dbias_nq; /* extents of dbias's first three dims (1 or full) */
+  int deterministic;
+} sdpa_problem;
+
+/* ---- per-sequence geometry ---------------------------------------------- */
+
+/* Query rows of sequence b: global row = q_start + i (varlen) or b*s_q + i. */
+SDPA_HD int64_t sdpa_seq_q_start(const sdpa_problem *p, int64_t b) {
+  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)p->cu_q[b] : b * p->s_q;
+}
+
+SDPA_HD int64_t sdpa_seq_len_q(const sdpa_problem *p, int64_t b) {
+  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_q[b + 1] - p->cu_q[b]) : p->s_q;
+}
+
+/* Keys that sequence b attends to (after append, capped by seqused_k). */
+SDPA_HD int64_t sdpa_seq_len_k(const sdpa_problem *p, int64_t b) {
+  int64_t n;
+  if (p->layout == SDPA_LAYOUT_CACHE)
+    n = (int64_t)p->cache_seqlens[b] + p->s_new;
+  else if (p->layout == SDPA_LAYOUT_VARLEN)
+    n = (int64_t)(p->cu_k[b + 1] - p->cu_k[b]);
+  else
+    n = p->s_k;
+  if (p->seqused_k && (int64_t)p->seqused_k[b] < n) n = p->seqused_k[b];
+  return n;
+}
+
+/* Element offset of key row j (head hk, element 0) of sequence b in a tensor
+ * with strides st: works for k and v of every layout (cache: after append). */
+SDPA_HD int64_t sdpa_kv_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t j,
+                               int64_t hk) {
+  if (p->layout == SDPA_LAYOUT_VARLEN)
+    return ((int64_t)p->cu_k[b] + j) * st.ss + hk * st.sh;
+  if (p->layout == SDPA_LAYOUT_CACHE) {
+    if (p->page_size > 0) {
+      int64_t blk = p->block_table[b * p->bt_stride + j / p->page_size];
+      return blk * st.sb + (j % p->page_size) * st.ss + hk * st.sh;
+    }
+    int64_t row = p->cache_batch_idx ? (int64_t)p->cache_batch_idx[b] : b;
+    return row * st.sb + j * st.ss + hk * st.sh;
+  }
+  return b * st.sb + j * st.ss + hk * st.sh;
+}
+
+/* Element offset of query-like row i of sequence b (q, out, dout, dq). */
+SDPA_HD int64_t sdpa_q_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t i,
+                              int64_t hh) {
+  if (p->layout == SDPA_LAYOUT_VARLEN)
+    return ((int64_t)p->cu_q[b] + i) * st.ss + hh * st.sh;
+  return b * st.sb + i * st.ss + hh * st.sh;
+}
+
+SDPA_HD int64_t sdpa_lse_offset(const sdpa_problem *p, int64_t b, int64_t i, int64_t hh) {
+  if (p->layout == SDPA_LAYOUT_VARLEN)
+    return hh * p->lse_sh + ((int64_t)p->cu_q[b] + i) * p->lse_ss;
+  return b * p->lse_sb + hh * p->lse_sh + i * p->lse_ss;
+}
+
+/* ---- the mask ------------------------------------------------------------- */
+
+/* Visible key range [lo, hi) of query row i in a sequence of lengths (sq, sk). */
+SDPA_HD void sdpa_key_range(const sdpa_problem *p, int64_t i, int64_t sq, int64_t sk,
+                            int64_t *lo, int64_t *hi) {
+  int64_t off = p->bottom_right ? sk - sq : 0;
+  int64_t l = 0, r = sk;
+  if (p->window_left >= 0 && i + off - p->window_left > l) l = i + off - p->window_left;
+  if (p->window_right >= 0 && i + off + p->window_right + 1 < r) r = i + off + p->window_right + 1;
+  if (r < l) r = l;
+  *lo = l;
+  *hi = r;
+}
+
+#endif /* SDPA_PROBLEM_H */

@@ -1,0 +1,227 @@
+/*
+ * registry.c - the kernel table and dispatch (DESIGN.md section 6). Rows are
+ * in preference order: CUDA rows (from src/cuda/kernels.def through
+ * cuda/registry_rows.h) first, then the CPU backend, which covers every valid
+ * problem on its device. One function, sdpa_row_refusal, decides support and
+ * says why not; dispatch, explain and workspace queries all go through it.
+ */
+#include "registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+
+#ifdef SDPA_HAVE_CUDA
+#include "cuda/kernels.h"
+#endif
+
+static sdpa_status cpu_fwd_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  (void)row;
+  return sdpa_cpu_fwd(p);
+}
+
+static sdpa_status cpu_bwd_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  (void)row;
+  return sdpa_cpu_bwd(p);
+}
+
+/* The backward has no cache layouts, append, rotary, probs or forced splits. */
+#define CPU_BWD_FEATURES                                                                    \
+  (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND |         \
+                               SDPA_FEAT_ROTARY | SDPA_FEAT_PROBS | SDPA_FEAT_SPLITKV))
+
+static const sdpa_kernel_row rows[] = {
+#ifdef SDPA_HAVE_CUDA
+#include "cuda/registry_rows.h"
+#endif
+    {"cpu_fwd", SDPA_OP_FWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
+     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0},
+    {"cpu_bwd", SDPA_OP_BWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
+     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0},
+};
+
+int sdpa_registry_count(void) { return (int)(sizeof rows / sizeof rows[0]); }
+
+const sdpa_kernel_row *sdpa_registry_row(int i) {
+  return i >= 0 && i < sdpa_registry_count() ? &rows[i] : NULL;
+}
+
+/* ---- what a problem needs ---------------------------------------------------- */
+
+/* 16-byte alignment of a base pointer and its row strides: what cp.async and
+ * vector loads need. A head dim that is not a multiple of 8 is fine as long as
+ * the rows are (e.g. a padded buffer); the tile is zero-filled past d. */
+static int misaligned(const void *ptr, sdpa_dtype t, const sdpa_bshd *st) {
+  size_t es = (t == SDPA_DTYPE_F32) ? 4 : 2;
+  if (!ptr) return 0;
+  if (((uintptr_t)ptr) % 16) return 1;
+  if (st && (((size_t)st->sb * es) % 16 || ((size_t)st->ss * es) % 16 || ((size_t)st->sh * es) % 16))
+    return 1;
+  return 0;
+}
+
+unsigned sdpa_problem_features(const sdpa_problem *p) {
+  unsigned f = 0;
+  if (p->layout == SDPA_LAYOUT_VARLEN) f |= SDPA_FEAT_VARLEN;
+  if (p->layout == SDPA_LAYOUT_CACHE) f |= p->page_size > 0 ? SDPA_FEAT_PAGED : SDPA_FEAT_CACHE;
+  if (p->s_new > 0) f |= SDPA_FEAT_APPEND;
+  if (p->rotary_dim > 0) f |= SDPA_FEAT_ROTARY;
+  if (p->window_left >= 0 || p->window_right >= 0) f |= SDPA_FEAT_MASK;
+  if (p->alibi) f |= SDPA_FEAT_ALIBI;
+  if (p->softcap > 0.0f) f |= SDPA_FEAT_SOFTCAP;
+  if (p->bias) f |= SDPA_FEAT_BIAS;
+  if (p->dropout_p > 0.0f) f |= SDPA_FEAT_DROPOUT;
+  if (p->probs) f |= SDPA_FEAT_PROBS;
+  if (p->h != p->h_k) f |= SDPA_FEAT_GQA;
+  if (p->d != p->d_v) f |= SDPA_FEAT_DV_NE_D;
+  if (p->dbias) f |= SDPA_FEAT_DBIAS;
+  if (p->num_splits > 1) f |= SDPA_FEAT_SPLITKV;
+  if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
+  if (misaligned(p->q, p->dtype, &p->q_st) || misaligned(p->k, p->dtype, &p->k_st) ||
+      misaligned(p->v, p->dtype, &p->v_st) || misaligned(p->out, p->dtype, &p->o_st) ||
+      (p->is_bwd && (misaligned(p->dout, p->dtype, &p->do_st) ||
+                     misaligned(p->dq, p->dtype, &p->dq_st) ||
+                     misaligned(p->dk, p->dtype, &p->dk_st) ||
+                     misaligned(p->dv, p->dtype, &p->dv_st))) ||
+      (p->s_new > 0 && (misaligned(p->k_new, p->dtype, &p->kn_st) ||
+                        misaligned(p->v_new, p->dtype, &p->vn_st))))
+    f |= SDPA_FEAT_UNALIGNED;
+  return f;
+}
+
+static const char *feature_name(unsigned bit) {
+  switch (bit) {
+  case SDPA_FEAT_VARLEN: return "varlen";
+  case SDPA_FEAT_CACHE: return "kv-cache";
+  case SDPA_FEAT_PAGED: return "paged-kv";
+  case SDPA_FEAT_APPEND: return "append";
+  case SDPA_FEAT_ROTARY: return "rotary";
+  case SDPA_FEAT_MASK: return "causal/window";
+  case SDPA_FEAT_ALIBI: return "alibi";
+  case SDPA_FEAT_SOFTCAP: return "softcap";
+  case SDPA_FEAT_BIAS: return "bias";
+  case SDPA_FEAT_DROPOUT: return "dropout";
+  case SDPA_FEAT_PROBS: return "return-probs";
+  case SDPA_FEAT_GQA: return "gqa";
+  case SDPA_FEAT_DV_NE_D: return "d_v!=d";
+  case SDPA_FEAT_UNALIGNED: return "unaligned";
+  case SDPA_FEAT_DBIAS: return "dbias";
+  case SDPA_FEAT_SPLITKV: return "split-kv";
+  case SDPA_FEAT_SEQUSED: return "seqused_k";
+  }
+  return "?";
+}
+
+void sdpa_feature_names(unsigned f, char *buf, size_t n) {
+  size_t used = 0;
+  if (n == 0) return;
+  buf[0] = '\0';
+  for (unsigned bit = 1; bit && bit <= SDPA_FEAT_ALL; bit <<= 1) {
+    if (!(f & bit)) continue;
+    int w = snprintf(buf + used, n - used, "%s%s", used ? "," : "", feature_name(bit));
+    if (w < 0 || (size_t)w >= n - used) return;
+    used += (size_t)w;
+  }
+  if (used == 0) snprintf(buf, n, "none");
+}
+
+/* ---- support ------------------------------------------------------------------ */
+
+const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, int arch,
+                             char *why, size_t n) {
+  if (row->device != p->device) {
+    snprintf(why, n, "runs on %s, the problem is on %s",
+             row->device == SDPA_DEVICE_CUDA ? "CUDA" : "the CPU",
+             p->device == SDPA_DEVICE_CUDA ? "CUDA" : "the CPU");
+    return why;
+  }
+  if (row->device == SDPA_DEVICE_CUDA) {
+    if (arch == 0) {
+      snprintf(why, n, "no usable CUDA device is visible");
+      return why;
+    }
+    if (arch < row->min_arch || (row->max_arch && arch > row->max_arch)) {
+      snprintf(why, n, "needs sm_%d..sm_%d, the device is sm_%d", row->min_arch, row->max_arch, arch);
+      return why;
+    }
+  }
+  if (!(row->dtypes & (1u << p->dtype))) {
+    snprintf(why, n, "dtype %s not supported", sdpa_dtype_string(p->dtype));
+    return why;
+  }
+  int64_t dmax = p->d > p->d_v ? p->d : p->d_v;
+  if ((row->max_head_dim && dmax > row->max_head_dim) || dmax <= row->min_head_dim) {
+    snprintf(why, n, "head dim %lld outside (%d, %d]", (long long)dmax, row->min_head_dim,
+             row->max_head_dim);
+    return why;
+  }
+  unsigned missing = sdpa_problem_features(p) & ~row->features;
+  if (missing) {
+    char names[256];
+    sdpa_feature_names(missing, names, sizeof names);
+    snprintf(why, n, "does not support: %s", names);
+    return why;
+  }
+  return NULL;
+}
+
+static int current_arch(const sdpa_problem *p) {
+#ifdef SDPA_HAVE_CUDA
+  if (p->device == SDPA_DEVICE_CUDA) return sdpa_cuda_arch();
+#else
+  (void)p;
+#endif
+  return 0;
+}
+
+sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **out) {
+  const char *opname = op == SDPA_OP_FWD ? "forward" : "backward";
+  int arch = current_arch(p);
+  char why[256];
+  *out = NULL;
+  if (p->kernel) {
+    for (int i = 0; i < sdpa_registry_count(); ++i) {
+      const sdpa_kernel_row *row = &rows[i];
+      if (row->op != op || strcmp(row->name, p->kernel) != 0) continue;
+      if (sdpa_row_refusal(row, p, arch, why, sizeof why))
+        return sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "attn.kernel = \"%s\": this kernel cannot run the problem: %s",
+                         p->kernel, why);
+      *out = row;
+      return SDPA_OK;
+    }
+    return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
+                     "attn.kernel = \"%s\": no %s kernel of that name in this build (see `sdpa kernels`)",
+                     p->kernel, opname);
+  }
+  char msg[900];
+  size_t used = 0;
+  msg[0] = '\0';
+  for (int i = 0; i < sdpa_registry_count(); ++i) {
+    const sdpa_kernel_row *row = &rows[i];
+    if (row->op != op || row->device != p->device) continue;
+    if (!sdpa_row_refusal(row, p, arch, why, sizeof why)) {
+      *out = row;
+      return SDPA_OK;
+    }
+    if (used < sizeof msg) {
+      int w = snprintf(msg + used, sizeof msg - used, "; %s: %s", row->name, why);
+      if (w > 0) used += (size_t)w;
+    }
+  }
+  if (p->device == SDPA_DEVICE_CUDA) {
+#ifndef SDPA_HAVE_CUDA
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "attn.device = SDPA_DEVICE_CUDA: no %s kernel covers the problem: this libsdpa "
+                     "was built without the CUDA backend (no nvcc at build time)", opname);
+#else
+    if (arch == 0)
+      return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                       "attn.device = SDPA_DEVICE_CUDA: no %s kernel covers the problem: no usable "
+                       "CUDA device is visible", opname);
+#endif
+  }
+  return sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "no %s kernel covers the problem on %s%s", opname,
+                   p->device == SDPA_DEVICE_CUDA ? "CUDA" : "the CPU",
+                   used ? msg : " (no kernel of this device in this build)");
+}

@@ -1,0 +1,97 @@
+/*
+ * registry.h - the kernel table of DESIGN.md section 6. Each row says what a
+ * kernel covers (op, device, arch range, dtypes, head-dim range, features,
+ * alignment) and how to run it; dispatch takes the first row, in preference
+ * order, that supports the problem, and the same function that decides
+ * ("supports") also explains every refusal, so dispatch, sdpa_explain_* and
+ * workspace queries never disagree.
+ *
+ * CPU rows are listed in registry.c; CUDA rows come from the X-macro list
+ * src/cuda/kernels.def, which also instantiates the kernels (one list).
+ */
+#ifndef SDPA_REGISTRY_H
+#define SDPA_REGISTRY_H
+
+#include <stddef.h>
+
+#include "problem.h"
+#include "backend.h"
+
+typedef enum sdpa_op { SDPA_OP_FWD = 0, SDPA_OP_BWD = 1 } sdpa_op;
+
+/* Features a problem may need; a row lists those it supports. */
+enum {
+  SDPA_FEAT_VARLEN = 1u << 0,
+  SDPA_FEAT_CACHE = 1u << 1,      /* contiguous KV cache layout */
+  SDPA_FEAT_PAGED = 1u << 2,      /* block_table */
+  SDPA_FEAT_APPEND = 1u << 3,     /* k_new / v_new */
+  SDPA_FEAT_ROTARY = 1u << 4,
+  SDPA_FEAT_MASK = 1u << 5,       /* causal / window (either alignment) */
+  SDPA_FEAT_ALIBI = 1u << 6,
+  SDPA_FEAT_SOFTCAP = 1u << 7,
+  SDPA_FEAT_BIAS = 1u << 8,
+  SDPA_FEAT_DROPOUT = 1u << 9,
+  SDPA_FEAT_PROBS = 1u << 10,
+  SDPA_FEAT_GQA = 1u << 11,
+  SDPA_FEAT_DV_NE_D = 1u << 12,   /* d_v != d */
+  SDPA_FEAT_UNALIGNED = 1u << 13, /* rows or base pointers not 16-byte aligned */
+  SDPA_FEAT_DBIAS = 1u << 14,
+  SDPA_FEAT_SPLITKV = 1u << 15,   /* num_splits > 1 forced */
+  SDPA_FEAT_SEQUSED = 1u << 16,   /* seqused_k */
+  SDPA_FEAT_ALL = (1u << 17) - 1u
+};
+
+#define SDPA_DT_F32 (1u << SDPA_DTYPE_F32)
+#define SDPA_DT_F16 (1u << SDPA_DTYPE_F16)
+#define SDPA_DT_BF16 (1u << SDPA_DTYPE_BF16)
+
+typedef struct sdpa_kernel_row sdpa_kernel_row;
+typedef sdpa_status (*sdpa_kernel_run_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
+typedef size_t (*sdpa_kernel_ws_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
+
+struct sdpa_kernel_row {
+  const char *name;
+  sdpa_op op;
+  sdpa_device device;
+  int min_arch, max_arch;   /* CUDA SM x10 (80, 90); 0 for CPU */
+  unsigned dtypes;          /* SDPA_DT_* mask */
+  int max_head_dim;         /* d and d_v must be <= this; 0 = unbounded */
+  int min_head_dim;         /* d and d_v must be > this (head-dim buckets) */
+  int block_m, block_n;
+  unsigned features;        /* SDPA_FEAT_* supported */
+  sdpa_kernel_run_fn run;
+  sdpa_kernel_ws_fn workspace; /* NULL = needs none */
+  int variant;              /* kernel-private index (e.g. instance id) */
+};
+
+/* Features p needs (a pure function of the problem). */
+unsigned sdpa_problem_features(const sdpa_problem *p);
+/* Names of the feature bits set in f, comma separated, into buf. */
+void sdpa_feature_names(unsigned f, char *buf, size_t n);
+
+int sdpa_registry_count(void);
+const sdpa_kernel_row *sdpa_registry_row(int i);
+
+/* NULL if row supports p on a device of compute capability arch (x10; 0 on
+ * CPU); else writes the reason into why and returns it. */
+const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, int arch,
+                             char *why, size_t n);
+
+/* The first row of op that supports p (honouring p->kernel), or
+ * SDPA_ERR_NOT_SUPPORTED with every refusal in the message. */
+sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **row);
+
+/* CUDA (src/cuda/runtime.cu): compute capability x10 of the current device,
+ * and its SM count; 0 when none is usable. */
+#ifdef SDPA_HAVE_CUDA
+#ifdef __cplusplus
+extern "C" {
+#endif
+int sdpa_cuda_arch(void);
+int sdpa_cuda_sm_count(void);
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+#endif /* SDPA_REGISTRY_H */
