@@ -7,14 +7,13 @@ small C program against the header and compares every size and offset).
 The library is looked for, in order:
   1. $SDPA_LIBRARY (a path to the .so),
   2. beside this package (python/sdpa/libsdpa.so, where `pip install .` puts it),
-  3. the build folders of a repository checkout (../../build*/libsdpa.so),
+  3. the CMake build folder of a repository checkout (../../build/libsdpa.so),
   4. the install prefix (sys.prefix/lib, lib64) and ctypes.util.find_library("sdpa").
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import glob
 import os
 import sys
 
@@ -197,9 +196,6 @@ def _candidates():
     if os.path.exists(os.path.join(repo, "include", "sdpa.h")):
         for n in _NAMES:
             yield os.path.join(repo, "build", n)
-        for n in _NAMES:
-            for p in sorted(glob.glob(os.path.join(repo, "build*", n))):
-                yield p
     for prefix in (sys.prefix, sys.base_prefix):
         for lib in ("lib", "lib64"):
             for n in _NAMES:

@@ -156,6 +156,7 @@ if HAVE_CUSTOM_OP:
         ctx.num_threads = a["num_threads"]
         ctx.kernel = a["kernel"]
         ctx.deterministic = a["deterministic"]
+        ctx.mark_non_differentiable(lse, output[2])
 
     def _autograd_bwd(ctx, dout, dlse, dprobs):
         q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused = ctx.saved_tensors

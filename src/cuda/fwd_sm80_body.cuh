@@ -129,9 +129,10 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int
 }
 
 /* Per-thread view of its rows: row (mt, half) is i0 + mt*16 + half*8 inside
- * the sequence; the visible keys of row i are [max(0, i + off - wl),
- * min(sk, i + off + wr + 1)) (sdpa_key_range; wl, wr < 0 = unbounded),
- * recomputed on masked tiles only to keep registers for the accumulators. */
+ * the sequence. Key j is visible from row i iff -wl <= j - (i + off) <= wr
+ * and j < sk (sdpa_key_range; wl, wr = 2^30 when unbounded): written in
+ * j - i so that one per-tile base and compile-time constants give every
+ * element's test, keeping registers for the accumulators. */
 typedef struct fwd_rows {
   int i0;
   int off, wl, wr, sk;
@@ -192,7 +193,7 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[mt][nt][e] = tanhf(s[mt][nt][e] * prm->softcap_pre) * prm->softcap_post;
+          s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e] * prm->softcap_pre) * prm->softcap_post;
   } else {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -202,32 +203,30 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
         for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->scale_log2;
   }
   if (prm->has_alibi) {
+    const int db = n0 + 2 * t - rw->i0 - alibi_off;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          int j = n0 + nt * 8 + 2 * t + (e & 1);
-          s[mt][nt][e] -= slope2 * fabsf((float)(row_i(rw, mt, e >> 1) + alibi_off - j));
+          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
+          s[mt][nt][e] -= slope2 * fabsf((float)dj);
         }
   }
   if (mask) {
+    const int jb = n0 + 2 * t;
+    const int db = jb - rw->i0 - rw->off;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int a = row_i(rw, mt, hf) + rw->off;
-        const int lo = rw->wl >= 0 ? max(0, a - rw->wl) : 0;
-        const int hi = max(lo, rw->wr >= 0 ? min(rw->sk, a + rw->wr + 1) : rw->sk);
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = n0 + nt * 8 + 2 * t + e;
-            if (j < lo || j >= hi) s[mt][nt][2 * hf + e] = -INFINITY;
-          }
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int j = jb + nt * 8 + (e & 1);
+          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
+          if (dj < -rw->wl || dj > rw->wr || j >= rw->sk) s[mt][nt][e] = -INFINITY;
+        }
   }
 }
 
@@ -291,8 +290,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   fwd_rows rw;
   rw.i0 = m0 + warp * MW + g;
   rw.off = p->bottom_right ? sk - sq : 0;
-  rw.wl = (int)(p->window_left < 0 ? -1 : min(p->window_left, (int64_t)0x3fffffff));
-  rw.wr = (int)(p->window_right < 0 ? -1 : min(p->window_right, (int64_t)0x3fffffff));
+  rw.wl = (int)(p->window_left < 0 ? 0x40000000 : min(p->window_left, (int64_t)0x40000000));
+  rw.wr = (int)(p->window_right < 0 ? 0x40000000 : min(p->window_right, (int64_t)0x40000000));
   rw.sk = sk;
   const int alibi_off = sk - sq;
   const float slope2 =
@@ -512,9 +511,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     uint16_t *dst = og + (int64_t)r * p->o_st.ss + c * 8;
     if (rem >= 8) {
       *(uint4 *)dst = v;
-    } else {
-      const uint16_t *e = (const uint16_t *)&v;
-      for (int k = 0; k < rem; ++k) dst[k] = e[k];
+    } else { /* the head dim ends inside this chunk */
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int k = 0; k < 7; ++k)
+        if (k < rem) dst[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
     }
   }
 }
@@ -547,7 +548,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
   prm.scale_log2 = p->scale * SDPA_LOG2E;
-  prm.softcap_pre = softcap ? p->scale / p->softcap : 0.f;
+  prm.softcap_pre = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : 0.f;
   prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
   prm.out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm.h_per_hk = (int)(p->h / p->h_k);

@@ -15,7 +15,7 @@
 typedef struct sdpa_fwd_sm80_params {
   sdpa_problem p;
   float scale_log2;   /* scale * log2(e): scores go to the exp2 domain in one multiply */
-  float softcap_pre;  /* scale / softcap (softcap > 0) */
+  float softcap_pre;  /* 2 * log2(e) * scale / softcap (softcap > 0), see fast_tanh_pre */
   float softcap_post; /* softcap * log2(e) */
   float out_scale;    /* 1 / (1 - dropout_p), or 1 */
   int h_per_hk;       /* h / h_k: query heads per kv head */
@@ -30,6 +30,15 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+/* tanh(y) given x = 2 * log2(e) * y, as 1 - 2 / (1 + 2^x): a few registers
+ * (tanhf's polynomial spilled the d = 128 tile), absolute error ~1e-7, and
+ * exact limits +-1 for large |y| (2^x overflows to inf or underflows to 0). */
+__device__ __forceinline__ float fast_tanh_pre(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.f + fast_exp2(x)));
+  return 1.f - 2.f * r;
 }
 
 /* max / sum over the 4 lanes of a quad (the lanes that share an mma row). */
