@@ -194,7 +194,11 @@ typedef struct sdpa_fwd_desc {
   sdpa_tensor rotary_cos;      /* f32 [s_max, rotary_dim/2], optional */
   sdpa_tensor rotary_sin;      /* f32 [s_max, rotary_dim/2] */
   int rotary_interleaved;      /* 1: pairs (2i, 2i+1) (GPT-J); 0: (i, i + rd/2) (NeoX).
-                                  q rotated at positions cache_seqlens[b] + i, k_new too */
+                                  q row i and k_new row i are rotated at position
+                                  cache_seqlens[b] + i, their true position, with or
+                                  without a mask (flash_attn instead rotates every
+                                  query at cache_seqlens[b] when neither causal nor
+                                  local; the flash_attn front end documents this). */
 
   int num_splits;           /* split-KV: 0 = automatic, 1 = no split, n = force n */
 

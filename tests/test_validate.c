@@ -637,8 +637,11 @@ static void test_varlen(void) {
   d.attn.cu_seqlens_k = ivec(3, 0, 4, 6);
   FWD_ERR(d, INV, "attn.cu_seqlens_k[2] = 6", "attn.k", "5");
   d = fwd_varlen();
-  d.attn.cu_seqlens_q = ivec(3, 0, 2, 4);
-  FWD_ERR(d, INV, "attn.cu_seqlens_q[2] = 4", "attn.q", "5");
+  d.attn.cu_seqlens_q = ivec(3, 0, 2, 4); /* one row of padding after the last sequence: allowed */
+  {
+    sdpa_problem p;
+    TEST_EXPECT(sdpa_validate_fwd(&d, &p) == SDPA_OK, "padded varlen q: %s", sdpa_last_error());
+  }
   d = fwd_varlen();
   d.attn.max_seqlen_q = 2;
   FWD_ERR(d, INV, "attn.cu_seqlens_q[2] - attn.cu_seqlens_q[1] = 3", "attn.max_seqlen_q = 2");

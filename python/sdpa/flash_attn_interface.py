@@ -25,7 +25,6 @@ Differences from flash_attn:
 """
 import torch
 
-from . import _core
 from . import torch_ops
 
 __all__ = [
@@ -140,12 +139,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32,
                                    device=q.device)
     q, k, v = (torch_ops._last_dim_contiguous(x) for x in (q, k, v))
-    with torch.no_grad():
-        res = _core._forward_raw(
-            q, k_cache, v_cache, causal=causal, align="bottom-right", window=window_size,
-            softcap=softcap, scale=softmax_scale, alibi_slopes=alibi_slopes,
-            return_lse=return_softmax_lse, cache_seqlens=cache_seqlens,
-            block_table=block_table, cache_batch_idx=cache_batch_idx, k_new=k, v_new=v,
-            rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
-            num_splits=num_splits)
-    return res
+    out, lse = torch_ops.kvcache_attention(
+        q, k_cache, v_cache, cache_seqlens.to(torch.int32), k_new=k, v_new=v,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
+        block_table=block_table, alibi_slopes=alibi_slopes, scale=softmax_scale,
+        softcap=softcap, causal=causal, window=window_size,
+        rotary_interleaved=rotary_interleaved, num_splits=num_splits)
+    return (out, lse) if return_softmax_lse else out

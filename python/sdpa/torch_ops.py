@@ -79,6 +79,40 @@ def _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seql
     return dq, dk, dv, (dbias if need_dbias else _empty0(q))
 
 
+def _kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
+                  cache_batch_idx, block_table, alibi_slopes, scale, softcap, causal,
+                  window_left, window_right, rotary_interleaved, num_splits):
+    out, lse = _core._forward_raw(
+        q, k_cache, v_cache, causal=causal, align="bottom-right",
+        window=(window_left, window_right), softcap=softcap, scale=scale,
+        alibi_slopes=alibi_slopes, return_lse=True, cache_seqlens=cache_seqlens,
+        block_table=block_table, cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new,
+        rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
+        num_splits=num_splits)
+    return out, lse
+
+
+def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=None,
+                      rotary_cos=None, rotary_sin=None, cache_batch_idx=None, block_table=None,
+                      alibi_slopes=None, scale=None, softcap=0.0, causal=False,
+                      window=(-1, -1), rotary_interleaved=False, num_splits=0,
+                      use_custom_op=None):
+    """KV-cache forward (no autograd) through the custom op sdpa::fwd_kvcache where
+    available (traceable by torch.compile, which sees the in-place cache update).
+    cache_seqlens: int32 tensor [b]. Returns (out, lse)."""
+    wl, wr = _core._window(window)
+    args = (q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
+            cache_batch_idx, block_table, alibi_slopes, 0.0 if scale is None else float(scale),
+            float(softcap or 0.0), bool(causal), wl, wr, bool(rotary_interleaved),
+            int(num_splits or 0))
+    if use_custom_op is None:
+        use_custom_op = HAVE_CUSTOM_OP
+    if use_custom_op:
+        return torch.ops.sdpa.fwd_kvcache(*args)
+    with torch.no_grad():
+        return _kvcache_impl(*args)
+
+
 def _fwd_shapes(q, k, v, cu_seqlens_q, return_probs):
     h, d_v = q.shape[-2], v.shape[-1]
     if cu_seqlens_q is not None:
@@ -171,6 +205,29 @@ if HAVE_CUSTOM_OP:
         return (dq, dk, dv, dbias if need_dbias else None) + (None,) * (len(_FWD_ARGS) - 4)
 
     torch.library.register_autograd("sdpa::fwd", _autograd_bwd, setup_context=_setup_context)
+
+    @torch.library.custom_op("sdpa::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+    def sdpa_fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor],
+                         v_new: Optional[Tensor], rotary_cos: Optional[Tensor],
+                         rotary_sin: Optional[Tensor], cache_seqlens: Tensor,
+                         cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
+                         alibi_slopes: Optional[Tensor], scale: float, softcap: float,
+                         causal: bool, window_left: int, window_right: int,
+                         rotary_interleaved: bool, num_splits: int) -> Tuple[Tensor, Tensor]:
+        """Decoding forward with a KV cache; k_new/v_new are appended to the cache in place."""
+        return _kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin,
+                             cache_seqlens, cache_batch_idx, block_table, alibi_slopes, scale,
+                             softcap, causal, window_left, window_right, rotary_interleaved,
+                             num_splits)
+
+    @torch.library.register_fake("sdpa::fwd_kvcache")
+    def _sdpa_fwd_kvcache_fake(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin,
+                               cache_seqlens, cache_batch_idx, block_table, alibi_slopes, scale,
+                               softcap, causal, window_left, window_right, rotary_interleaved,
+                               num_splits):
+        b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
+        return (q.new_empty((b, s_q, h, v_cache.shape[-1])),
+                q.new_empty((b, h, s_q), dtype=torch.float32))
 
 
 # ---- torch.autograd.Function (eager; also the path on torch < 2.4) -----------------------

@@ -186,6 +186,12 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
 __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
                                               const fwd_rows *rw, int n0, int t, int mask,
                                               float slope2, int alibi_off) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->score_mul;
   if (prm->has_softcap) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -193,14 +199,7 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e] * prm->softcap_pre) * prm->softcap_post;
-  } else {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->scale_log2;
+          s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e]) * prm->softcap_post;
   }
   if (prm->has_alibi) {
     const int db = n0 + 2 * t - rw->i0 - alibi_off;
@@ -547,8 +546,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   sdpa_fwd_sm80_params prm;
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
-  prm.scale_log2 = p->scale * SDPA_LOG2E;
-  prm.softcap_pre = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : 0.f;
+  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
   prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
   prm.out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm.h_per_hk = (int)(p->h / p->h_k);

@@ -14,8 +14,8 @@
 /* Passed by value (__grid_constant__) to every sm80 forward kernel. */
 typedef struct sdpa_fwd_sm80_params {
   sdpa_problem p;
-  float scale_log2;   /* scale * log2(e): scores go to the exp2 domain in one multiply */
-  float softcap_pre;  /* 2 * log2(e) * scale / softcap (softcap > 0), see fast_tanh_pre */
+  float score_mul;    /* scale * log2(e): scores go to the exp2 domain in one multiply;
+                         with softcap: 2 * log2(e) * scale / softcap (see fast_tanh_pre) */
   float softcap_post; /* softcap * log2(e) */
   float out_scale;    /* 1 / (1 - dropout_p), or 1 */
   int h_per_hk;       /* h / h_k: query heads per kv head */

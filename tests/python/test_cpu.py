@@ -730,3 +730,32 @@ def test_shims_resolve_to_sdpa():
             "assert fmha.attn_bias.BlockDiagonalMask is X.BlockDiagonalMask; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_kvcache_custom_op_under_compile():
+    torch = _torch()
+    from sdpa import torch_ops
+    if not torch_ops.HAVE_CUSTOM_OP:
+        pytest.skip("no torch.library.custom_op")
+    from sdpa.flash_attn_interface import flash_attn_with_kvcache
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 1, 2, 8, generator=g)
+    kn, vn = torch.randn(2, 1, 1, 8, generator=g), torch.randn(2, 1, 1, 8, generator=g)
+    seq = torch.tensor([3, 5], dtype=torch.int32)
+    k0, v0 = torch.randn(2, 16, 1, 8, generator=g), torch.randn(2, 16, 1, 8, generator=g)
+
+    def step(q, kc, vc, kn, vn, seq):
+        return flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=seq, causal=True) * 2
+
+    kc_e, vc_e = k0.clone(), v0.clone()
+    eager = step(q, kc_e, vc_e, kn, vn, seq)
+    kc_c, vc_c = k0.clone(), v0.clone()
+    comp = torch.compile(step, backend="aot_eager", fullgraph=True)(q, kc_c, vc_c, kn, vn, seq)
+    assert torch.equal(eager, comp)
+    assert torch.equal(kc_e, kc_c) and torch.equal(vc_e, vc_c)
+    assert torch.equal(kc_c[1, 5], kn[1, 0]) and torch.equal(kc_c[0, :3], k0[0, :3])
+    # the raw path (no custom op) agrees
+    kc_r, vc_r = k0.clone(), v0.clone()
+    out_r, _ = torch_ops.kvcache_attention(q, kc_r, vc_r, seq, k_new=kn, v_new=vn, causal=True,
+                                           use_custom_op=False)
+    assert torch.equal(out_r * 2, eager)
