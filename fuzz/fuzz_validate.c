@@ -143,13 +143,16 @@ static sdpa_tensor mk(fz *f, sdpa_dtype dt, int rank, const int64_t *shape) {
   unsigned dmode = take(f, 48);
   if (dmode == 0) return t; /* NULL data */
   int64_t bytes = extent_bytes(&t);
-  if (bytes < 0 || bytes > MAX_BYTES || f->nalloc == MAX_ALLOCS) {
-    t.data = junk;
-    f->exact = 0;
-    return t;
-  }
-  unsigned char *buf = malloc((size_t)(bytes + 1));
+  int fits = bytes >= 0 && bytes <= MAX_BYTES && f->nalloc < MAX_ALLOCS;
+  unsigned char *buf = fits ? malloc((size_t)(bytes + 1)) : NULL;
   if (!buf) {
+    /* An index tensor on the CPU is read by the validator itself (cu_seqlens,
+     * block_table ...): a buffer smaller than the declared extent would be the
+     * caller's lie, not a library bug, so such tensors get no buffer at all. */
+    if (dt == SDPA_DTYPE_I32 || t.dtype == SDPA_DTYPE_I32) {
+      t.data = NULL;
+      return t;
+    }
     t.data = junk;
     f->exact = 0;
     return t;

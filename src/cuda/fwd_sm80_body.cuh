@@ -8,7 +8,7 @@
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
  *   SDPA_FULL         0: the fast variant (no dropout, no return_probs);
  *                     1: the variant with them (name suffixed _full), with
- *                     half the rows per warp when that is 32, since Philox and
+ *                     16 rows per warp and smaller key tiles, since Philox and
  *                     the probs pass do not fit beside the accumulators
  *                     without spilling. The fast variant's run function
  *                     forwards problems with dropout or probs to it.
@@ -79,8 +79,11 @@
 enum {
   FULL = SDPA_FULL,          /* dropout and return_probs compiled in */
   HD = SDPA_HDIM,            /* padded head dim of the tiles */
-  BM = (FULL && SDPA_BLOCK_M / SDPA_WARPS == 32) ? SDPA_BLOCK_M / 2 : SDPA_BLOCK_M,
-  BN = SDPA_BLOCK_N,         /* keys per tile */
+  /* query rows per block, keys per tile; the full variant takes 16 rows per
+   * warp and at most 64 keys (32 above d = 128) so Philox fits */
+  BM = FULL ? 16 * SDPA_WARPS : SDPA_BLOCK_M,
+  BN_FULL = SDPA_HDIM > 128 ? 32 : 64,
+  BN = (FULL && SDPA_BLOCK_N > BN_FULL) ? BN_FULL : SDPA_BLOCK_N,
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
   MW = BM / NWARPS,          /* query rows per warp */
@@ -112,10 +115,12 @@ __device__ __forceinline__ int swz(int r, int c) {
   return c < CPR8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
 
-/* Copy rows [0, ROWS) of a [rows, d] tile (row stride in elements) into shared
- * memory at sbase; rows >= rows_valid and columns >= d are zero-filled. */
+/* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
+ * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
+ * read nothing (their source operand is `safe`, the tensor's base). */
 __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
-                                          int rows, int rows_valid, int d, int tid) {
+                                          int rows, int rows_valid, int d, int tid,
+                                          const void *safe) {
   /* not unrolled: per-iteration offsets hoisted out of an unrolled loop would
    * take registers the accumulators need */
 #pragma unroll 1
@@ -123,7 +128,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int
     int r = i / CPR, c = i % CPR;
     int rem = d - c * 8;
     int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
-    const uint16_t *src = bytes ? g + (int64_t)r * stride + c * 8 : g;
+    const void *src = bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe;
     cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), src, bytes);
   }
 }
@@ -284,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
   sdpa_key_range(p, m_last, sq, sk, &lo1, &hi1);
   const int n_begin = (int)(lo0 / BN);
-  const int n_end = (int)((hi1 + BN - 1) / BN);
+  const int n_end = (int)((min(hi1, (int64_t)sk) + BN - 1) / BN);
 
   fwd_rows rw;
   rw.i0 = m0 + warp * MW + g;
@@ -307,10 +312,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const int q_x7 = lane & 7, q_x3 = (lane >> 1) & 3;
   const int k_x7 = q_x7, k_x3 = q_x3, v_x7 = q_x7, v_x3 = q_x3;
 
-  load_tile(s_q, qg, p->q_st.ss, BM, sq - m0, d, tid);
+  load_tile(s_q, qg, p->q_st.ss, BM, sq - m0, d, tid, p->q);
   cp_async_commit();
   if (n_begin < n_end) {
-    load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid);
+    load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid, p->k);
     cp_async_commit();
   }
 
@@ -347,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const int n0 = n * BN;
     cp_async_wait_all(); /* K tile n (and Q) landed */
     __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
-    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid);
+    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
     cp_async_commit();
 
     float s[MT][NT][4];
@@ -400,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     cp_async_wait_all(); /* V tile n landed */
     __syncthreads();     /* ... for every thread; everyone is done with K tile n */
     if (n + 1 < n_end) {
-      load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid);
+      load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
       cp_async_commit();
     }
 
@@ -448,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     for (int n = 0; n < n_all; ++n) {
       const int n0 = n * BN;
       __syncthreads(); /* everyone is done with the previous K tile */
-      load_tile(s_k, kg + (int64_t)n0 * kss, kss, BN, sk - n0, d, tid);
+      load_tile(s_k, kg + (int64_t)n0 * kss, kss, BN, sk - n0, d, tid, p->k);
       cp_async_commit();
       cp_async_wait_all();
       __syncthreads();

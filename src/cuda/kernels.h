@@ -10,8 +10,8 @@
 #include "../registry.h"
 
 /* Mma.sync runs on every arch >= 8.0, and the compute_80 PTX in the library
- * JIT-compiles forward: no upper bound. */
-#define SDPA_CUDA_MAX_ARCH 1000
+ * JIT-compiles forward: no upper bound (0 = unbounded in registry.c). */
+#define SDPA_CUDA_MAX_ARCH 0
 
 /* What every sm80 forward row supports (the rest: bias, d_v != d, KV cache,
  * forced split-KV, rows or bases not 16-byte aligned, are refused). */

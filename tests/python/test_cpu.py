@@ -452,7 +452,10 @@ def test_kernels_explain_version():
 def test_import_without_torch_and_numpy():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None; "
             "import sdpa; print(sdpa.version())")
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+    env = dict(os.environ)
+    if os.environ.get("SDPA_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = os.path.join(REPO, "python")
+    env["SDPA_LIBRARY"] = sdpa.library_path()
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == sdpa.version()
@@ -759,3 +762,22 @@ def test_kvcache_custom_op_under_compile():
     out_r, _ = torch_ops.kvcache_attention(q, kc_r, vc_r, seq, k_new=kn, v_new=vn, causal=True,
                                            use_custom_op=False)
     assert torch.equal(out_r * 2, eager)
+
+
+def test_dlpack_object_is_read_without_copy():
+    class Capsule:  # a foreign array: only the DLPack protocol
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    rng = np.random.default_rng(13)
+    q = rnd(rng, (1, 6, 2, 16), np.float32)
+    out = sdpa.forward(Capsule(q), Capsule(q), Capsule(q), causal=True)
+    assert isinstance(out, np.ndarray)
+    ref, _, _ = R.attention(q, q, q, causal=True)
+    assert R.max_err(out, ref) < 1e-4

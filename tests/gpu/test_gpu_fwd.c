@@ -1,0 +1,623 @@
+/*
+ * test_gpu_fwd.c - the CUDA forward through the public API against the fp64
+ * oracle and against the CPU backend on the same inputs: every head-dim
+ * bucket (d = 1 .. 256) in f16 and bf16, GQA 1 / 2 / 8, lengths off the tile
+ * grid (s = 1, s_q > s_k), causal in both alignments, windows, alibi [h] and
+ * [b, h], softcap, varlen with an empty sequence and seqused_k, dropout with
+ * the probs sign pattern checked bit for bit against ref_dropped, padded
+ * strides, fully masked rows, what the CUDA rows refuse (d != d_v, rows not
+ * 16-byte aligned), and one CUDA-graph capture on a non-default stream.
+ *
+ *   test_gpu_fwd            the whole matrix
+ *   test_gpu_fwd --small    one small problem per kernel instance (fast and
+ *                           full variants of every row), for compute-sanitizer
+ *   test_gpu_fwd --bench    timing: bf16, b*s = 16k, h*d = 2048, median of 20
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "common/harness.h"
+#include "ref/ref.h"
+
+static test_rng rng;
+
+#define CUDA_OK(call)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+/* ---- tensors that live on both sides -------------------------------------------- */
+
+/* A host tensor (harness conventions: poisoned, any strides) and its device
+ * copy of the same span and strides. */
+typedef struct dual {
+  sdpa_tensor h, d;
+  size_t bytes;
+} dual;
+
+static int64_t span_of(const sdpa_tensor *t) {
+  if (test_numel(t) == 0) return 0;
+  int64_t last = 0;
+  for (int k = 0; k < t->rank; ++k) last += (t->shape[k] - 1) * t->stride[k];
+  return last + 1;
+}
+
+/* Row-major with every stride a multiple of 8 elements (16-byte rows, as the
+ * CUDA rows need): the last dim padded to a multiple of 8 plus `pad` (a
+ * multiple of 8) more on every dim. Integer tensors are contiguous. */
+static dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int64_t pad) {
+  dual x;
+  memset(&x, 0, sizeof x);
+  sdpa_tensor *t = &x.h;
+  t->dtype = dt;
+  t->rank = rank;
+  int64_t stride = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    t->shape[k] = shape[k];
+    t->stride[k] = stride;
+    if (dt == SDPA_DTYPE_I32 || (dt == SDPA_DTYPE_F32 && pad < 0))
+      stride *= shape[k];
+    else if (k == rank - 1)
+      stride = (shape[k] + 7) / 8 * 8 + (pad > 0 ? pad : 0);
+    else
+      stride = stride * shape[k] + (pad > 0 ? pad : 0);
+  }
+  x.bytes = (size_t)span_of(t) * (dt == SDPA_DTYPE_I32 || dt == SDPA_DTYPE_F32 ? 4 : 2);
+  t->data = malloc(x.bytes ? x.bytes : 1);
+  test_poison(t);
+  x.d = *t;
+  CUDA_OK(cudaMalloc(&x.d.data, x.bytes ? x.bytes : 16));
+  return x;
+}
+
+static void dual_upload(dual *x) {
+  if (x->h.data && x->bytes) CUDA_OK(cudaMemcpy(x->d.data, x->h.data, x->bytes, cudaMemcpyHostToDevice));
+}
+
+static void dual_download(dual *x) {
+  if (x->h.data && x->bytes)
+    CUDA_OK(cudaMemcpy(x->h.data, x->d.data, x->bytes, cudaMemcpyDeviceToHost));
+}
+
+static void dual_free(dual *x) {
+  if (x->h.data) {
+    free(x->h.data);
+    CUDA_OK(cudaFree(x->d.data));
+  }
+  memset(x, 0, sizeof *x);
+}
+
+/* ---- cases --------------------------------------------------------------------------- */
+
+typedef struct gcase {
+  const char *name;
+  sdpa_dtype dtype;
+  int64_t b, h, h_k, s_q, s_k, d, d_v;
+  int causal, top_left;
+  int64_t wl, wr;
+  float softcap, scale;
+  int alibi;      /* 0 off, 1 [h], 2 [b, h] */
+  float dropout;
+  int probs;
+  int varlen;     /* cu_seqlens with an empty sequence, seqused_k on the last */
+  int64_t pad;    /* extra elements (multiple of 8) on every stride */
+  int compare_cpu;
+} gcase;
+
+static gcase base_case(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
+                       int64_t s_q, int64_t s_k, int64_t d) {
+  gcase c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.dtype = dt;
+  c.b = b;
+  c.h = h;
+  c.h_k = h_k;
+  c.s_q = s_q;
+  c.s_k = s_k;
+  c.d = c.d_v = d;
+  c.wl = c.wr = -1;
+  c.compare_cpu = 1;
+  return c;
+}
+
+typedef struct gbufs {
+  dual q, k, v, out, lse, probs, alibi, cu_q, cu_k, used;
+  sdpa_fwd_desc host, dev; /* same problem: host pointers (oracle, CPU) / device pointers */
+} gbufs;
+
+static void build(const gcase *c, gbufs *f) {
+  memset(f, 0, sizeof *f);
+  sdpa_fwd_init(&f->host);
+  sdpa_attn *a = &f->host.attn;
+  a->device = SDPA_DEVICE_CPU;
+  if (c->varlen) {
+    int64_t shape1[1] = {c->b + 1}, shapeb[1] = {c->b};
+    f->cu_q = dual_alloc(SDPA_DTYPE_I32, 1, shape1, 0);
+    f->cu_k = dual_alloc(SDPA_DTYPE_I32, 1, shape1, 0);
+    f->used = dual_alloc(SDPA_DTYPE_I32, 1, shapeb, 0);
+    int32_t *cq = (int32_t *)f->cu_q.h.data, *ck = (int32_t *)f->cu_k.h.data;
+    int32_t *us = (int32_t *)f->used.h.data;
+    cq[0] = ck[0] = 0;
+    int64_t mq = 0, mk = 0;
+    for (int64_t b = 0; b < c->b; ++b) {
+      int64_t lq = b == 1 ? 0 : test_rng_int(&rng, 1, c->s_q);
+      int64_t lk = b == 1 ? 0 : test_rng_int(&rng, 1, c->s_k);
+      if (b == 2) lk = 0; /* keys empty, queries not: rows with no visible key */
+      cq[b + 1] = (int32_t)(cq[b] + lq);
+      ck[b + 1] = (int32_t)(ck[b] + lk);
+      us[b] = (int32_t)(b == c->b - 1 ? (lk + 1) / 2 : lk);
+      if (lq > mq) mq = lq;
+      if (lk > mk) mk = lk;
+    }
+    int64_t tq = cq[c->b], tk = ck[c->b];
+    int64_t sq[3] = {tq, c->h, c->d}, sk[3] = {tk, c->h_k, c->d}, sv[3] = {tk, c->h_k, c->d_v};
+    int64_t so[3] = {tq, c->h, c->d_v}, sl[2] = {c->h, tq};
+    f->q = dual_alloc(c->dtype, 3, sq, c->pad);
+    f->k = dual_alloc(c->dtype, 3, sk, c->pad);
+    f->v = dual_alloc(c->dtype, 3, sv, c->pad);
+    f->out = dual_alloc(c->dtype, 3, so, c->pad);
+    f->lse = dual_alloc(SDPA_DTYPE_F32, 2, sl, -1);
+    a->cu_seqlens_q = f->cu_q.h;
+    a->cu_seqlens_k = f->cu_k.h;
+    a->seqused_k = f->used.h;
+    a->max_seqlen_q = mq;
+    a->max_seqlen_k = mk;
+  } else {
+    int64_t sq[4] = {c->b, c->s_q, c->h, c->d}, sk[4] = {c->b, c->s_k, c->h_k, c->d};
+    int64_t sv[4] = {c->b, c->s_k, c->h_k, c->d_v}, so[4] = {c->b, c->s_q, c->h, c->d_v};
+    int64_t sl[3] = {c->b, c->h, c->s_q};
+    f->q = dual_alloc(c->dtype, 4, sq, c->pad);
+    f->k = dual_alloc(c->dtype, 4, sk, c->pad);
+    f->v = dual_alloc(c->dtype, 4, sv, c->pad);
+    f->out = dual_alloc(c->dtype, 4, so, c->pad);
+    f->lse = dual_alloc(SDPA_DTYPE_F32, 3, sl, -1);
+  }
+  test_fill_normal(&f->q.h, &rng, 1.0);
+  test_fill_normal(&f->k.h, &rng, 1.0);
+  test_fill_normal(&f->v.h, &rng, 1.0);
+  a->q = f->q.h;
+  a->k = f->k.h;
+  a->v = f->v.h;
+  f->host.out = f->out.h;
+  f->host.lse = f->lse.h;
+  a->scale = c->scale;
+  a->softcap = c->softcap;
+  a->causal = c->causal;
+  a->align = c->top_left ? SDPA_ALIGN_TOP_LEFT : SDPA_ALIGN_BOTTOM_RIGHT;
+  if (!c->causal) {
+    a->window_left = c->wl;
+    a->window_right = c->wr;
+  }
+  if (c->alibi) {
+    int64_t s1[1] = {c->h}, s2[2] = {c->b, c->h};
+    f->alibi = c->alibi == 1 ? dual_alloc(SDPA_DTYPE_F32, 1, s1, -1)
+                             : dual_alloc(SDPA_DTYPE_F32, 2, s2, -1);
+    test_fill_uniform(&f->alibi.h, &rng, 0.0, 0.5);
+    a->alibi_slopes = f->alibi.h;
+  }
+  a->dropout_p = c->dropout;
+  a->dropout_seed = 0x1234567890abcdefull ^ test_rng_u64(&rng);
+  a->dropout_offset = (uint32_t)test_rng_u64(&rng);
+  if (c->probs) {
+    int64_t sp[4] = {c->b, c->h, c->s_q, c->s_k};
+    f->probs = dual_alloc(SDPA_DTYPE_F32, 4, sp, -1);
+    f->host.probs = f->probs.h;
+  }
+  /* device side: same descriptor, device pointers, everything uploaded
+   * (outputs poisoned) */
+  dual *all[10] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->probs, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
+  for (int k = 0; k < 10; ++k) dual_upload(all[k]);
+  f->dev = f->host;
+  sdpa_attn *ad = &f->dev.attn;
+  ad->device = SDPA_DEVICE_CUDA;
+  ad->q = f->q.d;
+  ad->k = f->k.d;
+  ad->v = f->v.d;
+  f->dev.out = f->out.d;
+  f->dev.lse = f->lse.d;
+  if (c->alibi) ad->alibi_slopes = f->alibi.d;
+  if (c->probs) f->dev.probs = f->probs.d;
+  if (c->varlen) {
+    ad->cu_seqlens_q = f->cu_q.d;
+    ad->cu_seqlens_k = f->cu_k.d;
+    ad->seqused_k = f->used.d;
+  }
+}
+
+static void release(gbufs *f) {
+  dual *all[10] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->probs, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
+  for (int k = 0; k < 10; ++k) dual_free(all[k]);
+}
+
+static double lse_atol(const double *lse, int64_t n) {
+  double mx = 1.0;
+  for (int64_t e = 0; e < n; ++e)
+    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
+  return 2e-6 * mx + 1e-5;
+}
+
+/* Copies the device results back and checks them against the oracle (and
+ * the CPU backend on the same inputs when asked). */
+static void check_results(const gcase *c, gbufs *f) {
+  dual_download(&f->out);
+  dual_download(&f->lse);
+  if (c->probs) dual_download(&f->probs);
+  sdpa_problem p;
+  if (!TEST_EXPECT(sdpa_validate_fwd(&f->host, &p) == SDPA_OK, "%s: validate: %s", c->name,
+                   sdpa_last_error()))
+    return;
+  int64_t n_out = test_numel(&f->out.h), n_lse = test_numel(&f->lse.h);
+  int64_t n_p = c->probs ? test_numel(&f->probs.h) : 0;
+  double *ro = malloc(sizeof(double) * (size_t)n_out), *lo = malloc(sizeof(double) * (size_t)n_out);
+  double *rl = malloc(sizeof(double) * (size_t)n_lse), *ll = malloc(sizeof(double) * (size_t)n_lse);
+  double *rp = n_p ? malloc(sizeof(double) * (size_t)n_p) : NULL;
+  ref_fwd(&p, 0, ro, rl, rp);
+  ref_fwd(&p, 1, lo, ll, NULL);
+  char what[200];
+  snprintf(what, sizeof what, "%s out", c->name);
+  test_check(what, &f->out.h, ro, lo, test_atol(c->dtype));
+  snprintf(what, sizeof what, "%s lse", c->name);
+  test_check(what, &f->lse.h, rl, ll, lse_atol(rl, n_lse));
+  if (n_p) {
+    snprintf(what, sizeof what, "%s probs", c->name);
+    test_check(what, &f->probs.h, rp, NULL, 5e-5);
+    if (c->dropout > 0.0f) {
+      int64_t bad = 0, ndrop = 0;
+      for (int64_t b = 0; b < c->b; ++b)
+        for (int64_t hh = 0; hh < c->h; ++hh)
+          for (int64_t i = 0; i < c->s_q; ++i)
+            for (int64_t j = 0; j < c->s_k; ++j) {
+              int64_t e = ((b * c->h + hh) * c->s_q + i) * c->s_k + j;
+              int want = ref_dropped(&p, b, hh, i, j);
+              ndrop += want;
+              bad += signbit(test_get(&f->probs.h, e)) != 0 ? !want : want;
+            }
+      TEST_EXPECT(bad == 0 && ndrop > 0,
+                  "%s: %lld probs signs differ from the dropout bits (%lld dropped)", c->name,
+                  (long long)bad, (long long)ndrop);
+    }
+  }
+  if (c->compare_cpu) {
+    /* the CPU backend on the same inputs: both within their bound of the
+     * oracle, so within twice it of each other */
+    sdpa_tensor cout = test_alloc(c->dtype, f->out.h.rank, f->out.h.shape);
+    sdpa_fwd_desc cd = f->host;
+    cd.out = cout;
+    cd.lse.data = NULL;
+    cd.probs.data = NULL;
+    sdpa_status st = sdpa_fwd(&cd);
+    if (TEST_EXPECT(st == SDPA_OK, "%s: CPU backend: %s", c->name, sdpa_last_error())) {
+      double *co = malloc(sizeof(double) * (size_t)n_out);
+      double lowp_err = 0.0;
+      for (int64_t e = 0; e < n_out; ++e) {
+        co[e] = test_get(&cout, e);
+        double x = fabs(lo[e] - ro[e]);
+        if (x > lowp_err) lowp_err = x;
+      }
+      snprintf(what, sizeof what, "%s out vs CPU backend", c->name);
+      test_check(what, &f->out.h, co, NULL, 2.0 * (2.0 * lowp_err + test_atol(c->dtype)));
+      free(co);
+    }
+    test_free(&cout);
+  }
+  free(ro);
+  free(lo);
+  free(rl);
+  free(ll);
+  free(rp);
+}
+
+static void run_case(const gcase *c) {
+  printf("-- %s: %s b%lld h%lld/%lld s%lld/%lld d%lld%s%s\n", c->name, sdpa_dtype_string(c->dtype),
+         (long long)c->b, (long long)c->h, (long long)c->h_k, (long long)c->s_q,
+         (long long)c->s_k, (long long)c->d, c->varlen ? " varlen" : "", c->pad ? " padded" : "");
+  gbufs f;
+  build(c, &f);
+  sdpa_status st = sdpa_fwd(&f.dev);
+  cudaError_t ce = cudaDeviceSynchronize();
+  if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd returned %s (%s), sync: %s",
+                  c->name, sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce)))
+    check_results(c, &f);
+  release(&f);
+}
+
+/* Capture sdpa_fwd in a CUDA graph on a non-default stream, replay it, check. */
+static void run_graph(const gcase *c) {
+  printf("-- %s (CUDA graph): %s s%lld/%lld d%lld\n", c->name, sdpa_dtype_string(c->dtype),
+         (long long)c->s_q, (long long)c->s_k, (long long)c->d);
+  gbufs f;
+  build(c, &f);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  f.dev.attn.stream = s;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  sdpa_status st = sdpa_fwd(&f.dev);
+  cudaError_t ce = cudaStreamEndCapture(s, &graph);
+  if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: capture: %s (%s), end: %s", c->name,
+                  sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce))) {
+    ce = cudaGraphInstantiate(&exec, graph, 0);
+    if (TEST_EXPECT(ce == cudaSuccess, "%s: instantiate: %s", c->name, cudaGetErrorString(ce))) {
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      check_results(c, &f);
+      CUDA_OK(cudaGraphExecDestroy(exec));
+    }
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+  CUDA_OK(cudaStreamDestroy(s));
+  release(&f);
+}
+
+/* The CUDA rows must refuse (NOT_SUPPORTED, with a message) what they do not cover. */
+static void run_refusal(const gcase *c, const char *needle) {
+  printf("-- %s (refused)\n", c->name);
+  gbufs f;
+  build(c, &f);
+  if (c->d % 8) { /* contiguous rows of d elements: not 16-byte aligned */
+    int64_t st = 1;
+    for (int k = f.dev.attn.q.rank - 1; k >= 0; --k) {
+      f.dev.attn.q.stride[k] = st;
+      st *= f.dev.attn.q.shape[k];
+    }
+  }
+  sdpa_status st = sdpa_fwd(&f.dev);
+  TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), needle) != NULL,
+              "%s: expected SDPA_ERR_NOT_SUPPORTED mentioning '%s', got %s: %s", c->name, needle,
+              sdpa_status_string(st), sdpa_last_error());
+  release(&f);
+}
+
+/* ---- timing ---------------------------------------------------------------------------- */
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void bench(void) {
+  const int64_t ds[3] = {64, 128, 256}, ss[3] = {1024, 4096, 16384};
+  const size_t n = (size_t)16384 * 2048; /* elements of q, k, v, out: 64 MB each, > L2 */
+  uint16_t *host = malloc(n * 2);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (size_t e = 0; e < n; ++e) { /* bf16 of uniform(-1, 1): xorshift, exponent 127 - 1 */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    host[e] = (uint16_t)(0x3f00u | (x & 0x7fu) | ((x >> 8) & 1u) << 15);
+  }
+  void *q, *k, *v, *o;
+  CUDA_OK(cudaMalloc(&q, n * 2));
+  CUDA_OK(cudaMalloc(&k, n * 2));
+  CUDA_OK(cudaMalloc(&v, n * 2));
+  CUDA_OK(cudaMalloc(&o, n * 2));
+  CUDA_OK(cudaMemcpy(q, host, n * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(k, host + 7, (n - 7) * 2, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(v, host + 13, (n - 13) * 2, cudaMemcpyHostToDevice));
+  free(host);
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  printf("%-5s %-6s %-5s %-4s %-6s %-6s %-10s %s\n", "b", "s", "h", "d", "causal", "dtype", "ms",
+         "TFLOP/s");
+  for (int di = 0; di < 3; ++di)
+    for (int si = 0; si < 3; ++si)
+      for (int causal = 0; causal < 2; ++causal) {
+        int64_t d = ds[di], s = ss[si], b = 16384 / s, h = 2048 / d;
+        int64_t shape[4] = {b, s, h, d};
+        sdpa_fwd_desc desc;
+        sdpa_fwd_init(&desc);
+        desc.attn.device = SDPA_DEVICE_CUDA;
+        desc.attn.q = sdpa_tensor_contiguous(q, SDPA_DTYPE_BF16, 4, shape);
+        desc.attn.k = sdpa_tensor_contiguous(k, SDPA_DTYPE_BF16, 4, shape);
+        desc.attn.v = sdpa_tensor_contiguous(v, SDPA_DTYPE_BF16, 4, shape);
+        desc.out = sdpa_tensor_contiguous(o, SDPA_DTYPE_BF16, 4, shape);
+        desc.attn.causal = causal;
+        int ok = 1;
+        for (int w = 0; w < 5 && ok; ++w) ok = sdpa_fwd(&desc) == SDPA_OK;
+        if (!ok) {
+          printf("FAIL bench d%lld s%lld: %s\n", (long long)d, (long long)s, sdpa_last_error());
+          continue;
+        }
+        float ms[20];
+        for (int r = 0; r < 20; ++r) {
+          CUDA_OK(cudaEventRecord(e0, 0));
+          sdpa_fwd(&desc);
+          CUDA_OK(cudaEventRecord(e1, 0));
+          CUDA_OK(cudaEventSynchronize(e1));
+          CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
+        }
+        qsort(ms, 20, sizeof ms[0], cmp_float);
+        double med = 0.5 * (ms[9] + ms[10]);
+        double flops = 4.0 * (double)b * h * s * s * d * (causal ? 0.5 : 1.0);
+        printf("%-5lld %-6lld %-5lld %-4lld %-6d %-6s %-10.4f %.1f\n", (long long)b, (long long)s,
+               (long long)h, (long long)d, causal, "bf16", med, flops / (med * 1e-3) / 1e12);
+      }
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+  CUDA_OK(cudaFree(q));
+  CUDA_OK(cudaFree(k));
+  CUDA_OK(cudaFree(v));
+  CUDA_OK(cudaFree(o));
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+  int small = argc > 1 && strcmp(argv[1], "--small") == 0;
+  if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+    test_rng_init(&rng, 1);
+    bench();
+    return 0;
+  }
+  test_rng_init(&rng, test_seed());
+  if (!sdpa_cuda_available()) {
+    printf("no usable CUDA device: skipped\n");
+    return 0;
+  }
+  const sdpa_dtype dts[2] = {SDPA_DTYPE_F16, SDPA_DTYPE_BF16};
+  gcase c;
+
+  if (small) {
+    /* every kernel instance once: each bucket and dtype, fast (causal, off
+     * the tile grid) and full (dropout + probs) variants */
+    const int64_t ds[8] = {32, 64, 96, 128, 160, 192, 224, 256};
+    for (int k = 0; k < 16; ++k) {
+      c = base_case("small", dts[k / 8], 1, 2, 1, 70, 150, ds[k % 8]);
+      c.causal = 1;
+      c.compare_cpu = 0;
+      run_case(&c);
+      c.dropout = 0.17f;
+      c.probs = 1;
+      c.causal = 0;
+      c.wl = 20;
+      c.wr = 3;
+      run_case(&c);
+    }
+    return test_summary();
+  }
+
+  /* head dims (every bucket, padded inside it), both dtypes, GQA 1 / 2 / 8 */
+  const int64_t ds[10] = {1, 3, 32, 64, 80, 96, 128, 160, 192, 256};
+  const int64_t gq[3] = {1, 2, 8};
+  for (int k = 0; k < 20; ++k) {
+    int64_t hk = 8 / gq[k % 3];
+    c = base_case("head dim", dts[k / 10], 2, 8, hk, 37 + k, 301, ds[k % 10]);
+    run_case(&c);
+  }
+  /* lengths: s = 1, s_q > s_k, off the tile grid, several tiles */
+  c = base_case("s=1", SDPA_DTYPE_BF16, 3, 2, 1, 1, 1, 32);
+  run_case(&c);
+  c = base_case("s_q=1 long keys", SDPA_DTYPE_F16, 2, 4, 2, 1, 777, 64);
+  run_case(&c);
+  c = base_case("s_q > s_k", SDPA_DTYPE_F16, 2, 2, 2, 200, 33, 64);
+  run_case(&c);
+  c = base_case("long causal", SDPA_DTYPE_BF16, 1, 2, 1, 1000, 1030, 128);
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("long", SDPA_DTYPE_F16, 1, 2, 2, 515, 1100, 256);
+  run_case(&c);
+
+  /* masks: causal both alignments; s_q > s_k bottom-right gives empty rows */
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("causal bottom-right", dts[k], 2, 2, 1, 131, 300, 64);
+    c.causal = 1;
+    run_case(&c);
+    c = base_case("causal top-left", dts[k], 2, 2, 1, 131, 300, 128);
+    c.causal = 1;
+    c.top_left = 1;
+    run_case(&c);
+    c = base_case("causal s_q > s_k (empty rows)", dts[k], 1, 2, 2, 150, 70, 96);
+    c.causal = 1;
+    run_case(&c);
+  }
+  c = base_case("window (40, 7)", SDPA_DTYPE_BF16, 2, 4, 2, 300, 300, 64);
+  c.wl = 40;
+  c.wr = 7;
+  run_case(&c);
+  c = base_case("window (3, -1) top-left", SDPA_DTYPE_F16, 1, 2, 2, 90, 300, 32);
+  c.wl = 3;
+  c.top_left = 1;
+  run_case(&c);
+  c = base_case("window (0, 0)", SDPA_DTYPE_F16, 1, 2, 1, 70, 70, 24);
+  c.wl = 0;
+  c.wr = 0;
+  run_case(&c);
+  c = base_case("window (-1, 30) top-left d192", SDPA_DTYPE_BF16, 1, 2, 1, 200, 150, 192);
+  c.wr = 30;
+  c.top_left = 1;
+  run_case(&c);
+
+  /* score modifiers */
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("softcap", dts[k], 2, 2, 2, 65, 200, 128);
+    c.softcap = 5.0f;
+    c.scale = 0.5f;
+    run_case(&c);
+  }
+  c = base_case("alibi [h] causal", SDPA_DTYPE_F16, 2, 4, 2, 100, 150, 32);
+  c.alibi = 1;
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("alibi [b,h]", SDPA_DTYPE_BF16, 2, 4, 4, 100, 64, 160);
+  c.alibi = 2;
+  run_case(&c);
+  c = base_case("softcap + alibi + window", SDPA_DTYPE_BF16, 2, 4, 1, 129, 257, 64);
+  c.softcap = 3.0f;
+  c.alibi = 1;
+  c.wl = 50;
+  c.wr = 0;
+  run_case(&c);
+
+  /* dropout: exact mask through probs' sign pattern */
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("dropout 0.17 + probs", dts[k], 2, 2, 1, 67, 270, 64);
+    c.dropout = 0.17f;
+    c.probs = 1;
+    c.causal = k == 1;
+    run_case(&c);
+  }
+  c = base_case("dropout 0.17 + probs d256", SDPA_DTYPE_BF16, 1, 2, 2, 70, 133, 256);
+  c.dropout = 0.17f;
+  c.probs = 1;
+  run_case(&c);
+  c = base_case("dropout only", SDPA_DTYPE_F16, 2, 4, 2, 200, 300, 128);
+  c.dropout = 0.17f;
+  run_case(&c);
+  c = base_case("probs no dropout, window", SDPA_DTYPE_F16, 1, 2, 2, 130, 300, 64);
+  c.probs = 1;
+  c.wl = 50;
+  c.wr = 20;
+  run_case(&c);
+
+  /* varlen (empty sequences, seqused_k) */
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("varlen", dts[k], 5, 4, 2, 150, 280, 64);
+    c.varlen = 1;
+    c.causal = k == 1;
+    run_case(&c);
+  }
+  c = base_case("varlen window + alibi + dropout", SDPA_DTYPE_F16, 4, 2, 1, 90, 90, 40);
+  c.varlen = 1;
+  c.wl = 10;
+  c.wr = 5;
+  c.alibi = 2;
+  c.dropout = 0.17f;
+  run_case(&c);
+
+  /* padded strides */
+  c = base_case("padded", SDPA_DTYPE_BF16, 2, 4, 2, 70, 190, 48);
+  c.pad = 8;
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("padded varlen", SDPA_DTYPE_F16, 4, 4, 4, 50, 60, 20);
+  c.pad = 16;
+  c.varlen = 1;
+  run_case(&c);
+
+  /* what the CUDA rows refuse */
+  c = base_case("d != d_v", SDPA_DTYPE_F16, 1, 2, 2, 10, 10, 64);
+  c.d_v = 32;
+  run_refusal(&c, "d_v!=d");
+  c = base_case("rows not 16-byte aligned", SDPA_DTYPE_BF16, 1, 2, 2, 10, 10, 3);
+  run_refusal(&c, "unaligned");
+
+  /* CUDA graph capture */
+  c = base_case("graph", SDPA_DTYPE_BF16, 2, 4, 2, 200, 333, 128);
+  c.causal = 1;
+  run_graph(&c);
+
+  return test_summary();
+}
