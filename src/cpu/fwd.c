@@ -29,7 +29,19 @@
  * 2026-11-21, lent machine (16 Xeon cores, OpenBLAS 0.3.21 serial with
  * OPENBLAS_CORETYPE=SkylakeX), b1 h16 s2048 d128 f32: 64x256 ~470 GFLOP/s
  * before the core fix; with it 64x512 1270, 256x256 1420, 128x512 1540. */
-enum { BLOCK_M = 128, BLOCK_N = 512 };
+#ifndef CPF_BM
+#define CPF_BM 256
+#endif
+#ifndef CPF_BN
+#define CPF_BN 512
+#endif
+#ifndef TRIM_M
+#define TRIM_M 64
+#endif
+#ifndef CPF_ORDER
+#define CPF_ORDER 1
+#endif
+enum { BLOCK_M = CPF_BM, BLOCK_N = CPF_BN };
 
 typedef struct fwd_ctx {
   const sdpa_problem *p;
@@ -126,15 +138,18 @@ static const float *load_kv(const sdpa_problem *p, const void *base, sdpa_bshd s
   return buf;
 }
 
-/* S[mi][BLOCK_N] = the final scores of rows [i0, i0+mi) x keys [j0, j0+nj). */
+/* S rows [r0, r0+mi) = the final scores of query rows [i0+r0, i0+r0+mi) x keys
+ * [j0, j0+nj); t->q holds the block's Q from row i0. */
 static void score_block(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t hh, int64_t hk,
-                        int64_t sq, int64_t sk, int64_t i0, int64_t mi, int64_t j0, int64_t nj) {
+                        int64_t sq, int64_t sk, int64_t i0, int64_t r0, int64_t mi, int64_t j0,
+                        int64_t nj) {
   int64_t ldk;
   const float *k = load_kv(p, p->k, p->k_st, p->d, b, hk, j0, nj, t->k, &ldk);
-  sdpa_cpu_gemm(0, 1, (int)mi, (int)nj, (int)p->d, p->scale, t->q, (int)p->d, k, (int)ldk, 0.0f,
-                t->s, BLOCK_N);
-  if (sdpa_cpu_tile_needs_scores(p, sq, sk, i0, mi, j0, nj))
-    sdpa_cpu_score_tile(p, b, hh, sq, sk, i0, mi, j0, nj, t->s, BLOCK_N, NULL);
+  float *s = t->s + r0 * BLOCK_N;
+  sdpa_cpu_gemm(0, 1, (int)mi, (int)nj, (int)p->d, p->scale, t->q + r0 * p->d, (int)p->d, k,
+                (int)ldk, 0.0f, s, BLOCK_N);
+  if (sdpa_cpu_tile_needs_scores(p, sq, sk, i0 + r0, mi, j0, nj))
+    sdpa_cpu_score_tile(p, b, hh, sq, sk, i0 + r0, mi, j0, nj, s, BLOCK_N, NULL);
 }
 
 /* ---- probs (testing aid, dense only) ------------------------------------------------ */
@@ -147,7 +162,7 @@ static void write_probs(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t 
   const size_t es = sdpa_dtype_size(p->probs_dtype);
   for (int64_t j0 = 0; j0 < sk; j0 += BLOCK_N) {
     const int64_t nj = sk - j0 < BLOCK_N ? sk - j0 : BLOCK_N;
-    score_block(p, t, b, hh, hk, sq, sk, i0, mi, j0, nj);
+    score_block(p, t, b, hh, hk, sq, sk, i0, 0, mi, j0, nj);
     if (p->dropout_p > 0.0f) sdpa_cpu_dropout_tile(p, b, hh, i0, mi, j0, nj, t->drop, BLOCK_N);
     for (int64_t r = 0; r < mi; ++r) {
       float *s = t->s + r * BLOCK_N;
@@ -183,14 +198,60 @@ static void write_rows(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t h
   if (p->probs) write_probs(p, t, b, hh, sq, sk, i0, mi, lse);
 }
 
+/* One online-softmax step: rows [r0, r0+mi) of the block (query rows i0 + r0 ..)
+ * against keys [j0, j0+nj): S = scores, P = exp(S - m_new), the running O and l
+ * rescaled, O += P V. nj == 0 leaves the rows unchanged. */
+static void attend_block(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t hh, int64_t hk,
+                         int64_t sq, int64_t sk, int64_t i0, int64_t r0, int64_t mi, int64_t j0,
+                         int64_t nj) {
+  if (nj <= 0) return;
+  score_block(p, t, b, hh, hk, sq, sk, i0, r0, mi, j0, nj);
+  float *sb = t->s + r0 * BLOCK_N;
+  float *ob = t->o + r0 * p->d_v;
+  for (int64_t r = 0; r < mi; ++r) {
+    float *s = sb + r * BLOCK_N;
+    float *m = t->m + r0 + r, *l = t->l + r0 + r;
+    const float mx = sdpa_cpu_max(s, nj);
+    const float m_new = mx > *m ? mx : *m;
+    if (m_new == -INFINITY) { /* nothing visible yet: P row = 0 */
+      memset(s, 0, sizeof(float) * (size_t)nj);
+      continue;
+    }
+    const float alpha = expf(*m - m_new); /* 0 when m was -inf */
+    const float sum = sdpa_cpu_exp_sum(s, m_new, s, nj);
+    *l = *l * alpha + sum;
+    *m = m_new;
+    if (alpha != 1.0f) {
+      float *o = ob + r * p->d_v;
+      for (int64_t e = 0; e < p->d_v; ++e) o[e] *= alpha;
+    }
+  }
+  if (p->dropout_p > 0.0f) {
+    uint8_t *db = t->drop + r0 * BLOCK_N;
+    sdpa_cpu_dropout_tile(p, b, hh, i0 + r0, mi, j0, nj, db, BLOCK_N);
+    for (int64_t r = 0; r < mi; ++r) {
+      float *s = sb + r * BLOCK_N;
+      const uint8_t *dr = db + r * BLOCK_N;
+      for (int64_t c = 0; c < nj; ++c)
+        if (dr[c]) s[c] = 0.0f;
+    }
+  }
+  int64_t ldv;
+  const float *v = load_kv(p, p->v, p->v_st, p->d_v, b, hk, j0, nj, t->v, &ldv);
+  sdpa_cpu_gemm(0, 0, (int)mi, (int)p->d_v, (int)nj, 1.0f, sb, BLOCK_N, v, (int)ldv, 1.0f, ob,
+                (int)p->d_v);
+}
+
 /* item = ((b * h + hh) * n_qblocks + qb) * splits + split */
 static void fwd_task(void *vctx, int64_t item, int tid) {
   fwd_ctx *ctx = (fwd_ctx *)vctx;
   const sdpa_problem *p = ctx->p;
   const int64_t split = item % ctx->splits;
-  const int64_t blk = item / ctx->splits;
-  const int64_t qb = blk % ctx->n_qblocks;
-  const int64_t bh = blk / ctx->n_qblocks;
+  const int64_t ord = item / ctx->splits;
+  const int64_t nbh = p->b * p->h;
+  const int64_t qb = CPF_ORDER ? ctx->n_qblocks - 1 - ord / nbh : ord % ctx->n_qblocks;
+  const int64_t bh = CPF_ORDER ? ord % nbh : ord / ctx->n_qblocks;
+  const int64_t blk = bh * ctx->n_qblocks + qb;
   const int64_t b = bh / p->h, hh = bh % p->h;
   const int64_t hk = hh / (p->h / p->h_k);
   const int64_t sq = sdpa_seq_len_q(p, b);
@@ -225,38 +286,20 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
 
   for (int64_t j0 = lo; j0 < hi; j0 += BLOCK_N) {
     const int64_t nj = hi - j0 < BLOCK_N ? hi - j0 : BLOCK_N;
-    score_block(p, &t, b, hh, hk, sq, sk, i0, mi, j0, nj);
-    /* online softmax: P = exp(S - m_new), rescale the running O and l */
-    for (int64_t r = 0; r < mi; ++r) {
-      float *s = t.s + r * BLOCK_N;
-      const float mx = sdpa_cpu_max(s, nj);
-      const float m_new = mx > t.m[r] ? mx : t.m[r];
-      if (m_new == -INFINITY) { /* nothing visible yet: P row = 0 */
-        memset(s, 0, sizeof(float) * (size_t)nj);
-        continue;
-      }
-      const float alpha = expf(t.m[r] - m_new); /* 0 when m was -inf */
-      const float sum = sdpa_cpu_exp_sum(s, m_new, s, nj);
-      t.l[r] = t.l[r] * alpha + sum;
-      t.m[r] = m_new;
-      if (alpha != 1.0f) {
-        float *o = t.o + r * p->d_v;
-        for (int64_t e = 0; e < p->d_v; ++e) o[e] *= alpha;
-      }
+    int64_t rlo, rhi;
+    sdpa_key_range(p, i0, sq, sk, &rlo, &rhi);
+    if (rhi >= j0 + nj || mi <= TRIM_M) {
+      attend_block(p, &t, b, hh, hk, sq, sk, i0, 0, mi, j0, nj);
+      continue;
     }
-    if (p->dropout_p > 0.0f) {
-      sdpa_cpu_dropout_tile(p, b, hh, i0, mi, j0, nj, t.drop, BLOCK_N);
-      for (int64_t r = 0; r < mi; ++r) {
-        float *s = t.s + r * BLOCK_N;
-        const uint8_t *dr = t.drop + r * BLOCK_N;
-        for (int64_t c = 0; c < nj; ++c)
-          if (dr[c]) s[c] = 0.0f;
-      }
+    /* the block crosses the right edge of the mask (the causal diagonal): rows
+     * in groups of TRIM_M, each over only the keys its last row can see */
+    for (int64_t r0 = 0; r0 < mi; r0 += TRIM_M) {
+      const int64_t ms = mi - r0 < TRIM_M ? mi - r0 : TRIM_M;
+      sdpa_key_range(p, i0 + r0 + ms - 1, sq, sk, &rlo, &rhi);
+      const int64_t ns = rhi - j0 < nj ? rhi - j0 : nj;
+      attend_block(p, &t, b, hh, hk, sq, sk, i0, r0, ms, j0, ns > 0 ? ns : 0);
     }
-    int64_t ldv;
-    const float *v = load_kv(p, p->v, p->v_st, p->d_v, b, hk, j0, nj, t.v, &ldv);
-    sdpa_cpu_gemm(0, 0, (int)mi, (int)p->d_v, (int)nj, 1.0f, t.s, BLOCK_N, v, (int)ldv, 1.0f,
-                  t.o, (int)p->d_v);
   }
 
   /* normalize: out = O * keep_scale / l, lse = m + log l (+inf, 0 if empty) */

@@ -117,19 +117,36 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 /* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
  * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
- * read nothing (their source operand is `safe`, the tensor's base). */
+ * read nothing (their source operand is `safe`, the tensor's base).
+ * For d buckets 32, 64, 128 each thread keeps one chunk column and steps by
+ * whole rows: unrolled, constant shared offsets, one 64-bit add per copy.
+ * Otherwise a plain loop: hoisted per-iteration offsets of an unrolled one
+ * take registers the accumulators need (d = 256 spilled, 2026-11-21). */
 __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
                                           int rows, int rows_valid, int d, int tid,
                                           const void *safe) {
-  /* not unrolled: per-iteration offsets hoisted out of an unrolled loop would
-   * take registers the accumulators need */
+  if (NTHREADS % CPR == 0 && CPR <= 16) {
+    const int c = tid % CPR, r0 = tid / CPR;
+    const int rem = d - c * 8;
+    const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
+    const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
+    const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
+#pragma unroll
+    for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
+      const int r = r0 + it * (NTHREADS / CPR);
+      const int ok = r < rows_valid && bytes > 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
+    }
+  } else {
 #pragma unroll 1
-  for (int i = tid; i < rows * CPR; i += NTHREADS) {
-    int r = i / CPR, c = i % CPR;
-    int rem = d - c * 8;
-    int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
-    const void *src = bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe;
-    cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), src, bytes);
+    for (int i = tid; i < rows * CPR; i += NTHREADS) {
+      int r = i / CPR, c = i % CPR;
+      int rem = d - c * 8;
+      int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
+      const void *src = bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), src, bytes);
+    }
   }
 }
 

@@ -16,11 +16,16 @@
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
+/* backward rows (added by "cudabwd"): run and workspace functions */
+#define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
+  {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
+   hdim_min, bm, bn, SDPA_BWD_SM80_FEATURES, name##_run, name##_workspace, 0},
 #ifdef SDPA_KERNEL_FILTER
 #include "sdpa_cuda_kernels.def"
 #else
 #include "kernels.def"
 #endif
 #undef SDPA_FWD_KERNEL
+#undef SDPA_BWD_KERNEL
 #undef SDPA_DT_F16_
 #undef SDPA_DT_BF16_

@@ -1,0 +1,117 @@
+/*
+ * bwd_sm80_common.cuh - what every instance of the sm80 backward shares: the
+ * kernels' parameter struct (the validated problem by value, the workspace
+ * regions and the constants the host folds), the workspace layout (one
+ * function answers both "how many bytes" and "where is each region"), the
+ * tile-pair rule that says which (key block, query block) pairs do any work,
+ * and small conversions. Included once per instance translation unit.
+ *
+ * Workspace (fp32 unless noted, each region 256-byte aligned):
+ *   dq_acc [total_q][h][hdim]   dQ accumulated over key blocks, padded to the bucket
+ *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
+ *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
+ *   sem    int32 [b][h][nqb]    deterministic mode only: how many key blocks
+ *                               have added their dQ share to each query block
+ */
+#ifndef SDPA_BWD_SM80_COMMON_CUH
+#define SDPA_BWD_SM80_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../problem.h"
+
+typedef struct sdpa_bwd_sm80_params {
+  sdpa_problem p;
+  float *dq_acc, *dsum, *lse2;
+  int *sem;            /* NULL unless deterministic */
+  int64_t total_q;     /* rows of dq_acc / dsum / lse2 */
+  float score_mul;     /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
+  float softcap_post;  /* softcap * log2(e) */
+  float dk_scale;      /* scale (dK = scale * dS^T Q) */
+  float drop_scale;    /* 1 / (1 - p) */
+  int h_per_hk;        /* query heads per kv head */
+  int nqb;             /* query blocks of the longest sequence (sem layout) */
+  int wl, wr;          /* window, 2^30 when unbounded */
+  int has_softcap, has_alibi, has_dropout;
+} sdpa_bwd_sm80_params;
+
+typedef struct bwd_ws_layout {
+  size_t dq_acc, dsum, lse2, sem; /* byte offsets */
+  size_t bytes;                   /* total */
+} bwd_ws_layout;
+
+#define SDPA_BWD_UNBOUNDED 0x40000000
+
+SDPA_HD size_t bwd_align256(size_t n) { return (n + 255u) & ~(size_t)255u; }
+
+SDPA_HD int64_t bwd_total_q(const sdpa_problem *p) {
+  return p->layout == SDPA_LAYOUT_VARLEN ? p->total_q : p->b * p->s_q;
+}
+
+SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int block_m) {
+  bwd_ws_layout w;
+  const size_t rows = (size_t)bwd_total_q(p), h = (size_t)p->h;
+  const size_t nqb = (size_t)((p->s_q + block_m - 1) / block_m);
+  w.dq_acc = 0;
+  w.dsum = bwd_align256(rows * h * (size_t)hdim * 4u);
+  w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
+  w.sem = w.lse2 + bwd_align256(rows * h * 4u);
+  w.bytes = w.sem + (p->deterministic ? bwd_align256((size_t)p->b * h * nqb * 4u) : 0);
+  if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */
+  return w;
+}
+
+/* Full key length of sequence b: the rows of dK / dV to write (seqused_k only
+ * limits the keys attended to; rows past it get zero gradients). */
+SDPA_HD int64_t bwd_full_len_k(const sdpa_problem *p, int64_t b) {
+  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_k[b + 1] - p->cu_k[b]) : p->s_k;
+}
+
+/*
+ * Which tiles do work. Query rows [ia, ib) and keys [ja, jb) (clamped to the
+ * sequence) hold a visible pair iff the range of j - i over the rectangle,
+ * [ja - ib + 1, jb - 1 - ia], meets the window band [off - wl, off + wr]
+ * (sdpa_key_range written in j - i). Both directions below come from that
+ * one rule, so a key block visits exactly the query blocks that count it, and
+ * the deterministic mode's turn order (n - first key block of m) is exact.
+ */
+/* Query blocks [*m_lo, *m_hi] that key block n0 (BN keys) visits; 0 if none. */
+SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr,
+                             int64_t n0, int bn, int bm, int *m_lo, int *m_hi) {
+  if (n0 >= sk || sq <= 0) return 0;
+  const int64_t jb = n0 + bn < sk ? n0 + bn : sk;
+  const int64_t x = n0 - off - wr + 1; /* need ib >= x */
+  const int64_t y = jb - 1 - off + wl; /* need ia <= y */
+  if (x > sq || y < 0) return 0;
+  const int64_t lo = x <= 1 ? 0 : (x - 1) / bm;
+  int64_t hi = y / bm;
+  const int64_t last = (sq + bm - 1) / bm - 1;
+  if (hi > last) hi = last;
+  if (lo > hi) return 0;
+  *m_lo = (int)lo;
+  *m_hi = (int)hi;
+  return 1;
+}
+
+/* The first key block (BN keys) that visits query block m0 (BM rows). */
+SDPA_HD int64_t bwd_first_key_block(int64_t off, int64_t wl, int64_t m0, int bn) {
+  const int64_t w = off - wl + m0 + 1; /* need jb >= w */
+  return w <= 1 ? 0 : (w - 1) / bn;
+}
+
+/* ---- device conversions (no cuda_fp16.h: it is C++) ---------------------------- */
+#ifdef __CUDACC__
+__device__ __forceinline__ float bwd_f16_to_f32(uint32_t h) {
+  float f;
+  unsigned short hs = (unsigned short)h;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(hs));
+  return f;
+}
+
+__device__ __forceinline__ float bwd_bf16_to_f32(uint32_t h) {
+  return __uint_as_float((h & 0xffffu) << 16);
+}
+#endif
+
+#endif /* SDPA_BWD_SM80_COMMON_CUH */
