@@ -1,15 +1,16 @@
 /*
  * fwd.c - the CPU forward: FlashAttention's algorithm on host threads. Work
- * items are (batch, head, query block, key split); each loads a block of
- * BLOCK_M query rows in fp32, streams the visible keys in blocks of BLOCK_N
- * (S = scale * Q K^T and O += P V through sdpa_cpu_gemm), applies the score
- * modifiers only on tiles that need them (scores.c) and keeps an online
- * softmax (running max and sum). Memory is O(tile) per thread; the s_q x s_k
- * matrix is only ever written as the optional probs output (a second pass
- * once lse is known). Layouts: dense, varlen, KV cache (contiguous or paged,
- * after the in-place append of kvappend.c). With split-KV each split writes
- * a partial (out, lse) to a workspace and a second pass merges them exactly
- * (merge.c).
+ * items are (batch, head, query block, key split), heaviest first; each loads
+ * a block of BLOCK_M query rows in fp32, streams the visible keys in blocks of
+ * BLOCK_N (S = scale * Q K^T and O += P V through sdpa_cpu_gemm), applies the
+ * score modifiers only on tiles that need them (scores.c) and keeps an online
+ * softmax (running max and sum); key blocks that cross the causal diagonal run
+ * in row groups that skip the masked keys. Memory is O(tile) per thread; the
+ * s_q x s_k matrix is only ever written as the optional probs output (a second
+ * pass once lse is known). Layouts: dense, varlen, KV cache (contiguous or
+ * paged, after the in-place append of kvappend.c). With split-KV each split
+ * writes a partial (out, lse) to a workspace and a second pass merges them
+ * exactly (merge.c).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -25,23 +26,17 @@
 #include "scores.h"
 
 /* Tile sizes: affect speed, never results beyond fp32 rounding.
- * BLOCK_M rows share each K/V block load; BLOCK_N keys per softmax step.
+ * BLOCK_M rows share each K/V block load; BLOCK_N keys per softmax step;
+ * TRIM_M rows per group where a key block crosses the causal diagonal (each
+ * group stops at the keys its last row sees, so masked work stays small).
  * 2026-11-21, lent machine (16 Xeon cores, OpenBLAS 0.3.21 serial with
  * OPENBLAS_CORETYPE=SkylakeX), b1 h16 s2048 d128 f32: 64x256 ~470 GFLOP/s
- * before the core fix; with it 64x512 1270, 256x256 1420, 128x512 1540. */
-#ifndef CPF_BM
-#define CPF_BM 256
-#endif
-#ifndef CPF_BN
-#define CPF_BN 512
-#endif
-#ifndef TRIM_M
-#define TRIM_M 64
-#endif
-#ifndef CPF_ORDER
-#define CPF_ORDER 1
-#endif
-enum { BLOCK_M = CPF_BM, BLOCK_N = CPF_BN };
+ * before the core fix; with it 64x512 1270, 256x256 1420, 128x512 1540.
+ * 2026-11-21, BLOCK_M 128 -> 256 (halves the repacking of K and V, ~15% of
+ * the time at 128) with TRIM_M 64 and heaviest items first: 16 threads
+ * non-causal 1055-1170 -> 1115-1235, causal 917-950 -> 983-1040 GFLOP/s
+ * (a slower host than above; one EPYC core: 83 -> 87 and 77 -> 80). */
+enum { BLOCK_M = 256, BLOCK_N = 512, TRIM_M = 64 };
 
 typedef struct fwd_ctx {
   const sdpa_problem *p;
@@ -242,15 +237,18 @@ static void attend_block(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t
                 (int)p->d_v);
 }
 
-/* item = ((b * h + hh) * n_qblocks + qb) * splits + split */
+/* item = ((n_qblocks - 1 - qb) * (b_total * h) + bh) * splits + split with
+ * bh = b * h + hh; the block's split-KV slot is blk = bh * n_qblocks + qb */
 static void fwd_task(void *vctx, int64_t item, int tid) {
   fwd_ctx *ctx = (fwd_ctx *)vctx;
   const sdpa_problem *p = ctx->p;
   const int64_t split = item % ctx->splits;
+  /* heaviest first: the last query blocks see the most keys under a causal
+   * mask, so they go out first and the dynamic schedule ends on small items */
   const int64_t ord = item / ctx->splits;
   const int64_t nbh = p->b * p->h;
-  const int64_t qb = CPF_ORDER ? ctx->n_qblocks - 1 - ord / nbh : ord % ctx->n_qblocks;
-  const int64_t bh = CPF_ORDER ? ord % nbh : ord / ctx->n_qblocks;
+  const int64_t qb = ctx->n_qblocks - 1 - ord / nbh;
+  const int64_t bh = ord % nbh;
   const int64_t blk = bh * ctx->n_qblocks + qb;
   const int64_t b = bh / p->h, hh = bh % p->h;
   const int64_t hk = hh / (p->h / p->h_k);

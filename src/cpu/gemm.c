@@ -1,20 +1,35 @@
 /*
- * gemm.c - sdpa_cpu_gemm: cblas_sgemm when built with a serial BLAS, else a
- * plain-C loop nest ordered so the innermost loop is contiguous in C and B.
+ * gemm.c - sdpa_cpu_gemm: cblas_sgemm from OpenBLAS when the build found it,
+ * else a plain-C loop nest ordered so the innermost loop is contiguous in C
+ * and B.
+ *
+ * Why the pthreads build pinned to one thread, not the serial build: the
+ * backend calls sgemm from all its threads at once. Debian's serial OpenBLAS
+ * is built with USE_THREAD=0 and no USE_LOCKING, and its buffer pool then
+ * races: on a 16-core host it returned wrong, run-to-run different results
+ * (2026-11-21; OpenBLAS issues #1755, #2126). The pthreads build locks its
+ * pool; with its thread count set to 1 every call runs on the caller's thread.
  */
 #include "gemm.h"
 
 #ifdef SDPA_HAVE_CBLAS
 #include <cblas.h>
+#include <pthread.h>
+
+static pthread_once_t single_thread_once = PTHREAD_ONCE_INIT;
+
+/* Process-wide: OpenBLAS has no per-call thread count in 0.3.21. */
+static void openblas_single_thread(void) { openblas_set_num_threads(1); }
 
 void sdpa_cpu_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                    int lda, const float *b, int ldb, float beta, float *c, int ldc) {
   if (m <= 0 || n <= 0) return;
+  pthread_once(&single_thread_once, openblas_single_thread);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-const char *sdpa_cpu_gemm_impl(void) { return "openblas-serial"; }
+const char *sdpa_cpu_gemm_impl(void) { return "openblas (1 thread a call)"; }
 
 #else
 

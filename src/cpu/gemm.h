@@ -1,9 +1,9 @@
 /*
  * gemm.h - the CPU backend's tile product: C = alpha * op(A) @ op(B) + beta * C,
- * row-major fp32. Through a serial BLAS (cblas_sgemm, OpenBLAS's serial build)
- * when the build found one (SDPA_HAVE_CBLAS), else a plain-C loop nest. The
- * backend parallelizes over (batch, head, query block) itself, so the BLAS
- * must be single-threaded.
+ * row-major fp32. Through OpenBLAS's cblas_sgemm, one thread a call, when the
+ * build found it (SDPA_HAVE_CBLAS), else a plain-C loop nest. The backend
+ * parallelizes over (batch, head, query block) itself and calls this from
+ * every worker at once (see gemm.c for why that needs the locking build).
  */
 #ifndef SDPA_CPU_GEMM_H
 #define SDPA_CPU_GEMM_H
@@ -12,7 +12,7 @@
 void sdpa_cpu_gemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                    int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-/* Name of the implementation in use ("openblas-serial" or "plain-c"). */
+/* Name of the implementation in use. */
 const char *sdpa_cpu_gemm_impl(void);
 
 #endif /* SDPA_CPU_GEMM_H */

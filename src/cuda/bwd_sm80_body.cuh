@@ -100,7 +100,7 @@ enum {
   SCPR8 = SCPR & ~7,
   QT = BM / 16,          /* dQ phase: m16 row tiles */
   WPR = NWARPS / QT,     /* dQ phase: warps per row tile (column groups) */
-  CW = HD < 64 ? HD : 64, /* dQ phase: columns per accumulator chunk */
+  CW = HD % 64 == 0 ? 64 : 32, /* dQ phase: columns per accumulator chunk */
   DQT = CW / 8,
   NCH = HD / CW,
   SM_Q = BM * HD * 2,

@@ -94,6 +94,8 @@ enum {
   PS = BN / 16,              /* k16 steps of P V */
   CPR = HD / 8,              /* 16-byte chunks per shared row */
   CPR8 = CPR & ~7,           /* chunks swizzled in groups of 8; the rest in a group of 4 */
+  CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32, /* lanes per row in load_tile */
+  LOAD_RPP = NTHREADS / CPRP, /* rows per load pass */
   /* Q fragments stay in registers when the accumulators leave room for them
    * (register estimate: S + O + Q words per thread); else ldmatrix per step. */
   Q_REGS = (MT * NT * 4 + MT * DT * 4 + MT * KS * 4) <= 168,
@@ -105,7 +107,7 @@ enum {
 
 static_assert(HD % 16 == 0 && HD <= 256, "head-dim bucket must be a multiple of 16, <= 256");
 static_assert(MW % 16 == 0 && (MT == 1 || MT == 2), "each warp owns 16 or 32 rows");
-static_assert(BN % 16 == 0 && (BN * CPR) % NTHREADS == 0 && (BM * CPR) % NTHREADS == 0,
+static_assert(BN % 16 == 0 && BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
 static_assert(CPR % 4 == 0, "swizzle needs chunk groups of 4 or 8 (head-dim bucket % 32 == 0)");
 
@@ -118,10 +120,14 @@ __device__ __forceinline__ int swz(int r, int c) {
 /* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
  * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
  * read nothing (their source operand is `safe`, the tensor's base).
- * For d buckets 32, 64, 128 each thread keeps one chunk column and steps by
- * whole rows: unrolled, constant shared offsets, one 64-bit add per copy.
- * Otherwise a plain loop: hoisted per-iteration offsets of an unrolled one
- * take registers the accumulators need (d = 256 spilled, 2026-11-21). */
+ * Each thread keeps one chunk column and steps by whole rows: no division,
+ * one 64-bit add per copy. (A plain i / CPR loop before 2026-11-21 cost 15%
+ * at d = 128 and more at d = 256.) Buckets whose CPR divides the block
+ * (d = 32, 64, 128) unroll fully; the others give a row CPRP lanes (CPR
+ * rounded up to a power of two, the extra lanes idle) and unroll by 2
+ * (the _full variants: a plain loop):
+ * fuller unrolling hoists offsets into registers the accumulators need
+ * (ptxas: spills at d = 128 and 256 otherwise). */
 __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
                                           int rows, int rows_valid, int d, int tid,
                                           const void *safe) {
@@ -138,14 +144,30 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int
       cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
                   ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
     }
-  } else {
+  } else if (FULL) { /* the lane scheme spilled 4 bytes at d = 192 here */
 #pragma unroll 1
     for (int i = tid; i < rows * CPR; i += NTHREADS) {
-      int r = i / CPR, c = i % CPR;
-      int rem = d - c * 8;
-      int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
-      const void *src = bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), src, bytes);
+      const int r = i / CPR, c = i % CPR;
+      const int rem = d - c * 8;
+      const int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe, bytes);
+    }
+  } else {
+    const int lane = tid & 31;
+    const int c = lane % CPRP;
+    const int r0 = (tid >> 5) * (32 / CPRP) + lane / CPRP;
+    if (CPRP != CPR && c >= CPR) return; /* idle lanes of a padded row */
+    const int rem = d - c * 8;
+    const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
+    const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
+    const int64_t step = (int64_t)LOAD_RPP * stride;
+#pragma unroll 2
+    for (int it = 0; it < rows / LOAD_RPP; ++it) {
+      const int r = r0 + it * LOAD_RPP;
+      const int ok = r < rows_valid && bytes > 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
     }
   }
 }
