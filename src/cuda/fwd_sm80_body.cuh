@@ -54,6 +54,9 @@
 #ifndef SDPA_FULL
 #define SDPA_FULL 0
 #endif
+#ifndef SDPA_FWD_STAGES_MAX /* experiments: -DSDPA_FWD_STAGES_MAX=2 */
+#define SDPA_FWD_STAGES_MAX 1
+#endif
 
 #define SDPA_PASTE_(a, b) a##b
 #define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
@@ -102,7 +105,15 @@ enum {
   QKS = Q_REGS ? KS : 1,
   SMEM_Q = BM * HD * 2,
   SMEM_KV = BN * HD * 2,
-  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV
+  /* K/V stages: 1 = FlashAttention-2's overlap (V of tile n loads under
+   * Q K^T of n, K of n+1 under P V of n); 2 = each load gets a whole tile's
+   * compute (K of n+1 issued before Q K^T of n, V of n+1 before P V of n,
+   * into the other stage), when two blocks still fit an sm_90 SM. Off by
+   * default: on H200 (2026-11-21) it spilled 88 bytes at d = 128 and ran 3%
+   * slower there (330 vs 341 TFLOP/s, bf16 s = 4096), no faster elsewhere. */
+  STAGES = (SMEM_Q + 4 * SMEM_KV <= 113 * 1024 && SDPA_FWD_STAGES_MAX >= 2) ? 2 : 1,
+  STAGE_BYTES = 2 * SMEM_KV, /* layout: Q | K0 V0 | K1 V1 */
+  SMEM_BYTES = SMEM_Q + STAGES * STAGE_BYTES
 };
 
 static_assert(HD % 16 == 0 && HD <= 256, "head-dim bucket must be a multiple of 16, <= 256");
@@ -137,6 +148,14 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int
     const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
     const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
     const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
+    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
+#pragma unroll
+      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
+        const int r = r0 + it * (NTHREADS / CPR);
+        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+      }
+      return;
+    }
 #pragma unroll
     for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
       const int r = r0 + it * (NTHREADS / CPR);
@@ -162,6 +181,14 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int
     const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
     const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
     const int64_t step = (int64_t)LOAD_RPP * stride;
+    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
+#pragma unroll 2
+      for (int it = 0; it < rows / LOAD_RPP; ++it) {
+        const int r = r0 + it * LOAD_RPP;
+        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+      }
+      return;
+    }
 #pragma unroll 2
     for (int it = 0; it < rows / LOAD_RPP; ++it) {
       const int r = r0 + it * LOAD_RPP;
@@ -230,12 +257,14 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
 __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
                                               const fwd_rows *rw, int n0, int t, int mask,
                                               float slope2, int alibi_off) {
+  if (!prm->fold) { /* else the softmax folds score_mul into its FFMA (exp_mul) */
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->score_mul;
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->score_mul;
+  }
   if (prm->has_softcap) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -356,6 +385,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   if (n_begin < n_end) {
     load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid, p->k);
     cp_async_commit();
+    if (STAGES == 2) {
+      load_tile(s_v, vg + (int64_t)n_begin * BN * vss, vss, BN, sk - n_begin * BN, d, tid, p->v);
+      cp_async_commit();
+    }
   }
 
   uint32_t qr[MT][QKS][4];
@@ -389,17 +422,32 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
   for (int n = n_begin; n < n_end; ++n) {
     const int n0 = n * BN;
-    cp_async_wait_all(); /* K tile n (and Q) landed */
-    __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
-    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
-    cp_async_commit();
+    const uint32_t so = STAGES == 2 ? (uint32_t)((n - n_begin) & 1) * STAGE_BYTES : 0u;
+    if (STAGES == 2) {
+      cp_async_wait_1(); /* K tile n (and Q) landed; V tile n may be in flight */
+      __syncthreads();   /* ... for every thread; everyone is done with tile n-1 */
+      if (n + 1 < n_end) { /* K of n+1 into the other stage, free since the barrier */
+        load_tile(s_k + (STAGE_BYTES - so), kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN,
+                  d, tid, p->k);
+        cp_async_commit();
+      }
+    } else {
+      cp_async_wait_all(); /* K tile n (and Q) landed */
+      __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
+      load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
+      cp_async_commit();
+    }
 
     float s[MT][NT][4];
-    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
+    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
     const int full = n0 >= lo1 && n0 + BN <= hi0;
     finish_scores(s, &prm, &rw, n0, t, !full, slope2, alibi_off);
 
-    /* online softmax (exp2 domain) */
+    /* online softmax: p = 2^(s * exp_mul - max * exp_mul), one FFMA + ex2;
+     * O is rescaled only when some row max of the warp moved */
+    const float xm = prm.exp_mul;
+    float corr[MT][2];
+    int moved = 0;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -410,24 +458,29 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
         mx = quad_max(mx);
         const float m_use = mx == -INFINITY ? 0.f : mx;
-        const float corr = fast_exp2(row_max[mt][hf] - m_use);
+        const float mm = m_use * xm;
+        corr[mt][hf] = fast_exp2(row_max[mt][hf] * xm - mm);
+        moved |= mx != row_max[mt][hf];
         row_max[mt][hf] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          float p0 = fast_exp2(s[mt][nt][2 * hf] - m_use);
-          float p1 = fast_exp2(s[mt][nt][2 * hf + 1] - m_use);
+          float p0 = fast_exp2(fmaf(s[mt][nt][2 * hf], xm, -mm));
+          float p1 = fast_exp2(fmaf(s[mt][nt][2 * hf + 1], xm, -mm));
           s[mt][nt][2 * hf] = p0;
           s[mt][nt][2 * hf + 1] = p1;
           sum += p0 + p1;
         }
-        row_sum[mt][hf] = row_sum[mt][hf] * corr + sum;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          o[mt][dt][2 * hf] *= corr;
-          o[mt][dt][2 * hf + 1] *= corr;
-        }
+        row_sum[mt][hf] = row_sum[mt][hf] * corr[mt][hf] + sum;
       }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][dt][e] *= corr[mt][e >> 1];
+    }
     if (FULL && prm.has_dropout) apply_dropout(s, p, &rw, bh, n0, t, 0);
 
     uint32_t pa[MT][PS][4];
@@ -441,11 +494,24 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
         pa[mt][ps][3] = SDPA_PACK(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
       }
 
-    cp_async_wait_all(); /* V tile n landed */
-    __syncthreads();     /* ... for every thread; everyone is done with K tile n */
-    if (n + 1 < n_end) {
-      load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
-      cp_async_commit();
+    if (STAGES == 2) {
+      if (n + 1 < n_end)
+        cp_async_wait_1(); /* V tile n landed; K of n+1 may be in flight */
+      else
+        cp_async_wait_all();
+      __syncthreads(); /* ... for every thread */
+      if (n + 1 < n_end) { /* V of n+1: its stage's V (tile n-1) was read before the top barrier */
+        load_tile(s_v + (STAGE_BYTES - so), vg + (int64_t)(n0 + BN) * vss, vss, BN, sk - n0 - BN,
+                  d, tid, p->v);
+        cp_async_commit();
+      }
+    } else {
+      cp_async_wait_all(); /* V tile n landed */
+      __syncthreads();     /* ... for every thread; everyone is done with K tile n */
+      if (n + 1 < n_end) {
+        load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
+        cp_async_commit();
+      }
     }
 
     /* O += P V */
@@ -456,7 +522,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
         uint32_t bv[4];
         int c = 2 * dp + v_hi;
         int pc = (2 * dp < CPR8) ? (c ^ v_x7) : (c ^ v_x3);
-        ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(ps * 16 * CPR * 16 + pc * 16));
+        ldmatrix_x4_trans(bv, sv_lane + so + (uint32_t)(ps * 16 * CPR * 16 + pc * 16));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           SDPA_MMA(o[mt][2 * dp], pa[mt][ps], bv);
@@ -473,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     for (int hf = 0; hf < 2; ++hf) {
       float l = quad_sum(row_sum[mt][hf]);
       row_sum[mt][hf] = l;
-      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] + log2f(l) : INFINITY;
+      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * prm.exp_mul + log2f(l) : INFINITY;
     }
 
   if (p->lse && t == 0) {
@@ -505,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s[mt][nt][e] = fast_exp2(s[mt][nt][e] - lse2[mt][e >> 1]);
+            s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm.exp_mul, -lse2[mt][e >> 1]));
       if (prm.has_dropout) apply_dropout(s, p, &rw, bh, n0, t, 1);
       unsigned char *pb = (unsigned char *)p->probs;
       const int fsz = p->probs_dtype == SDPA_DTYPE_F32 ? 4 : 2;
@@ -591,12 +657,15 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
   prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
+  /* without softcap and alibi, a positive multiplier commutes with the row
+   * max: scores stay raw and the softmax applies it in its FFMA */
+  prm.fold = !softcap && p->alibi == NULL && prm.score_mul > 0.f;
+  prm.exp_mul = prm.fold ? prm.score_mul : 1.f;
   prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
   prm.out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm.h_per_hk = (int)(p->h / p->h_k);
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
-  prm.has_mask = p->window_left >= 0 || p->window_right >= 0;
   prm.has_dropout = p->dropout_p > 0.f;
 
   int dev = 0;

@@ -16,10 +16,12 @@ typedef struct sdpa_fwd_sm80_params {
   sdpa_problem p;
   float score_mul;    /* scale * log2(e): scores go to the exp2 domain in one multiply;
                          with softcap: 2 * log2(e) * scale / softcap (see fast_tanh_pre) */
+  float exp_mul;      /* multiplier the softmax applies (score_mul when fold, else 1) */
+  int fold;           /* 1: scores stay unscaled until the softmax's FFMA */
   float softcap_post; /* softcap * log2(e) */
   float out_scale;    /* 1 / (1 - dropout_p), or 1 */
   int h_per_hk;       /* h / h_k: query heads per kv head */
-  int has_softcap, has_alibi, has_mask, has_dropout;
+  int has_softcap, has_alibi, has_dropout;
 } sdpa_fwd_sm80_params;
 
 #define SDPA_LOG2E 1.4426950408889634f

@@ -15,6 +15,9 @@
  * is exactly the A operand of P @ V over the same keys once packed:
  *   a0 = pack(c[2k][0..1]), a1 = pack(c[2k][2..3]), a2 = pack(c[2k+1][0..1]), a3 = pack(c[2k+1][2..3]).
  * All 32 lanes must execute the instruction (.aligned).
+ * The mma asm is not volatile (a pure function of its registers), so the
+ * compiler may interleave it with the ldmatrix of the next k step; the
+ * shared-memory loads stay volatile so they never cross a barrier.
  */
 #ifndef SDPA_PTX_MMA_CUH
 #define SDPA_PTX_MMA_CUH
@@ -23,7 +26,7 @@
 
 /* d += a * b, fp16 operands, fp32 accumulators (in place). */
 __device__ __forceinline__ void mma_m16n8k16_f16(float *d, const uint32_t *a, const uint32_t *b) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -32,7 +35,7 @@ __device__ __forceinline__ void mma_m16n8k16_f16(float *d, const uint32_t *a, co
 
 /* d += a * b, bf16 operands, fp32 accumulators (in place). */
 __device__ __forceinline__ void mma_m16n8k16_bf16(float *d, const uint32_t *a, const uint32_t *b) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -8,8 +8,8 @@
  *   #include "cuda/registry_rows.h"
  *   };
  *
- * `variant` is the row's index in the generated list (counted by __LINE__ is
- * not stable, so it is left 0: no kernel reads it).
+ * `variant` is left 0: no kernel reads it (a forward row's run function picks
+ * its _full instance itself when the problem has dropout or return_probs).
  */
 #define SDPA_DT_F16_ SDPA_DT_F16
 #define SDPA_DT_BF16_ SDPA_DT_BF16
@@ -20,6 +20,14 @@
 #define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_BWD_SM80_FEATURES, name##_run, name##_workspace, 0},
+/* decoding rows (added by "decode"): run and workspace functions */
+#define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
+  {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
+   hdim_min, bm, bn, SDPA_DECODE_FEATURES, name##_run, name##_workspace, 0},
+/* SIMT rows (added by "simt"): every arch from sm_75, every dtype and head dim */
+#define SDPA_SIMT_KERNEL(name, op)                                                           \
+  {#name, SDPA_OP_##op, SDPA_DEVICE_CUDA, 75, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0, \
+   16, 32, SDPA_SIMT_##op##_FEATURES, name##_run, name##_workspace, 0},
 #ifdef SDPA_KERNEL_FILTER
 #include "sdpa_cuda_kernels.def"
 #else
@@ -27,5 +35,7 @@
 #endif
 #undef SDPA_FWD_KERNEL
 #undef SDPA_BWD_KERNEL
+#undef SDPA_SIMT_KERNEL
+#undef SDPA_DECODE_KERNEL
 #undef SDPA_DT_F16_
 #undef SDPA_DT_BF16_

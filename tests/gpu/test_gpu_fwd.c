@@ -360,22 +360,52 @@ static void run_graph(const gcase *c) {
   release(&f);
 }
 
-/* The CUDA rows must refuse (NOT_SUPPORTED, with a message) what they do not cover. */
-static void run_refusal(const gcase *c, const char *needle) {
-  printf("-- %s (refused)\n", c->name);
+/* What the sm80 rows do not cover (d != d_v, rows not 16-byte aligned): their
+ * row of the same bucket must decline with the reason in sdpa_explain_fwd, no
+ * fwd_sm80 row may be selected, and whatever runs instead (a slower CUDA
+ * kernel) must still be right; with no such kernel the call must fail with
+ * SDPA_ERR_NOT_SUPPORTED naming the reason. */
+static void run_refusal(const gcase *c, const char *row, const char *needle) {
+  printf("-- %s (sm80 rows decline)\n", c->name);
   gbufs f;
   build(c, &f);
-  if (c->d % 8) { /* contiguous rows of d elements: not 16-byte aligned */
+  if (c->d % 8) { /* contiguous q rows of d elements: not 16-byte aligned */
     int64_t st = 1;
     for (int k = f.dev.attn.q.rank - 1; k >= 0; --k) {
       f.dev.attn.q.stride[k] = st;
+      f.host.attn.q.stride[k] = st;
       st *= f.dev.attn.q.shape[k];
     }
+    /* the host copy must hold the same logical values under the new strides */
+    sdpa_tensor packed = f.host.attn.q;
+    packed.data = malloc(f.q.bytes);
+    for (int64_t e = 0; e < test_numel(&packed); ++e) test_set(&packed, e, test_get(&f.q.h, e));
+    memcpy(f.q.h.data, packed.data, (size_t)test_numel(&packed) * 2);
+    free(packed.data);
+    f.q.h.stride[0] = f.host.attn.q.stride[0];
+    f.q.h.stride[1] = f.host.attn.q.stride[1];
+    f.q.h.stride[2] = f.host.attn.q.stride[2];
+    f.q.h.stride[3] = f.host.attn.q.stride[3];
+    dual_upload(&f.q);
   }
-  sdpa_status st = sdpa_fwd(&f.dev);
-  TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), needle) != NULL,
-              "%s: expected SDPA_ERR_NOT_SUPPORTED mentioning '%s', got %s: %s", c->name, needle,
-              sdpa_status_string(st), sdpa_last_error());
+  char buf[8192];
+  sdpa_status st = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
+  const char *line = strstr(buf, row);
+  const char *eol = line ? strchr(line, '\n') : NULL;
+  int declined = line && eol && strstr(line, needle) && strstr(line, needle) < eol;
+  TEST_EXPECT(declined && strncmp(buf, "selected: fwd_sm80", 18) != 0,
+              "%s: explain should show %s declining with '%s':\n%s", c->name, row, needle, buf);
+  if (st == SDPA_OK) {
+    st = sdpa_fwd(&f.dev);
+    cudaError_t ce = cudaDeviceSynchronize();
+    if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd: %s (%s)", c->name,
+                    sdpa_status_string(st), sdpa_last_error()))
+      check_results(c, &f);
+  } else {
+    TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), needle) != NULL,
+                "%s: expected SDPA_ERR_NOT_SUPPORTED mentioning '%s', got %s: %s", c->name, needle,
+                sdpa_status_string(st), sdpa_last_error());
+  }
   release(&f);
 }
 
@@ -607,12 +637,12 @@ int main(int argc, char **argv) {
   c.varlen = 1;
   run_case(&c);
 
-  /* what the CUDA rows refuse */
+  /* what the sm80 rows decline */
   c = base_case("d != d_v", SDPA_DTYPE_F16, 1, 2, 2, 10, 10, 64);
   c.d_v = 32;
-  run_refusal(&c, "d_v!=d");
+  run_refusal(&c, "fwd_sm80_f16_hd64 ", "d_v!=d");
   c = base_case("rows not 16-byte aligned", SDPA_DTYPE_BF16, 1, 2, 2, 10, 10, 3);
-  run_refusal(&c, "unaligned");
+  run_refusal(&c, "fwd_sm80_bf16_hd32 ", "unaligned");
 
   /* CUDA graph capture */
   c = base_case("graph", SDPA_DTYPE_BF16, 2, 4, 2, 200, 333, 128);

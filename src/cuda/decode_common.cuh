@@ -1,0 +1,166 @@
+/*
+ * decode_common.cuh - what the split-KV decoding forward (decode_body.cuh
+ * instances), the KV append (kv_append.cu), the split combine and
+ * merge_states (merge.cu) and the host planning (decode_plan.cu) share: the
+ * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
+ * rotation of one element, the one exact merge of partial (out, lse) rows
+ * used at every level (the warps of a block, the splits of a problem and
+ * sdpa_merge_states), and the host-side entry points of those files.
+ * CUDA C only; included by .cu files.
+ */
+#ifndef SDPA_DECODE_COMMON_CUH
+#define SDPA_DECODE_COMMON_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "../backend.h"
+#include "../problem.h"
+#include "../registry.h"
+#include "ptx_mma.cuh"
+
+/* Keys per warp tile: one k16 step of P V. Every tile starts at a multiple
+ * of 16, so with a page size that is a multiple of 16 a tile never crosses a
+ * page: one block_table lookup per tile, rows at the cache's row stride. */
+#define SDPA_DECODE_TILE 16
+/* Automatic split counts stop here; a forced num_splits is capped at
+ * SDPA_DECODE_MAX_FORCED (each split is a grid slice and a workspace slot;
+ * more would only add empty splits, never change the result). */
+#define SDPA_DECODE_MAX_SPLITS 64
+#define SDPA_DECODE_MAX_FORCED 256
+
+/* Passed by value (__grid_constant__) to every decode kernel. */
+typedef struct sdpa_decode_params {
+  sdpa_problem p;
+  int group;          /* h / h_k: query heads packed per kv head */
+  int rows;           /* group * s_q: packed query rows of one (batch, kv head) */
+  int m_blocks;       /* ceil(rows / BLOCK_M) */
+  int splits;         /* key splits (1: the kernel writes out and lse itself) */
+  float score_mul;    /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
+  float softcap_post; /* softcap * log2(e) */
+  int has_softcap;
+  float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
+  float *part_lse;    /* splits > 1: [splits, b, s_q, h] natural-log lse, +inf empty */
+} sdpa_decode_params;
+
+/* ---- elements ----------------------------------------------------------------- */
+
+__device__ __forceinline__ float sdpa_h2f(uint16_t x, int is_bf16) {
+  if (is_bf16) return __uint_as_float((uint32_t)x << 16);
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(x));
+  return f;
+}
+
+__device__ __forceinline__ float sdpa_load_f(const void *base, sdpa_dtype t, int64_t idx) {
+  if (t == SDPA_DTYPE_F32) return ((const float *)base)[idx];
+  return sdpa_h2f(((const uint16_t *)base)[idx], t == SDPA_DTYPE_BF16);
+}
+
+__device__ __forceinline__ void sdpa_store_f(void *base, sdpa_dtype t, int64_t idx, float x) {
+  if (t == SDPA_DTYPE_F32)
+    ((float *)base)[idx] = x;
+  else
+    ((uint16_t *)base)[idx] = t == SDPA_DTYPE_BF16 ? cvt_bf16(x) : cvt_f16(x);
+}
+
+/* Element e of a 16-bit row after rotary at position pos (sdpa.h: pairs
+ * (2k, 2k+1) interleaved, (k, k + rd/2) half-split); e >= rotary_dim is
+ * returned as is. Products and sums are rounded separately (no FMA
+ * contraction), in the CPU backend's order, so the appended cache is bit for
+ * bit the CPU backend's. */
+__device__ __forceinline__ float sdpa_rotary_elem(const sdpa_problem *p, const uint16_t *row,
+                                                  int e, int64_t pos, int is_bf16) {
+  const float x = sdpa_h2f(row[e], is_bf16);
+  if (e >= p->rotary_dim) return x;
+  const int half = (int)(p->rotary_dim / 2);
+  int k, partner, first;
+  if (p->rotary_interleaved) {
+    k = e >> 1;
+    partner = e ^ 1;
+    first = !(e & 1);
+  } else {
+    first = e < half;
+    k = first ? e : e - half;
+    partner = first ? e + half : e - half;
+  }
+  const float c = p->rot_cos[pos * p->rot_stride + k];
+  const float s = p->rot_sin[pos * p->rot_stride + k];
+  const float y = sdpa_h2f(row[partner], is_bf16);
+  return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
+               : __fadd_rn(__fmul_rn(y, s), __fmul_rn(x, c));
+}
+
+/* ---- the exact merge -------------------------------------------------------------- */
+
+/* log(sum_k exp(lse_k)) over n parts (natural log); +inf parts are empty;
+ * +inf when no part has mass. The same rule as the CPU's merge.c. */
+__device__ __forceinline__ float sdpa_merge_total(const float *lse, int64_t n, int64_t stride) {
+  float mx = -INFINITY;
+  for (int64_t k = 0; k < n; ++k) {
+    const float l = lse[k * stride];
+    if (l != INFINITY && l > mx) mx = l;
+  }
+  if (mx == -INFINITY) return INFINITY;
+  float sum = 0.f;
+  for (int64_t k = 0; k < n; ++k) {
+    const float l = lse[k * stride];
+    if (l != INFINITY) sum += expf(l - mx);
+  }
+  return mx + logf(sum);
+}
+
+/* Weight exp(lse_k - total) of a part in the merged row (0: skip the part). */
+__device__ __forceinline__ float sdpa_merge_weight(float l, float total) {
+  if (l == INFINITY || l == -INFINITY || total == INFINITY) return 0.f;
+  return expf(l - total);
+}
+
+/* ---- host side ---------------------------------------------------------------------- */
+
+/* One merge launch: rows (bb, i, hh) of nb x ni x nh, d elements each; part k
+ * of a row at parts + k*p_sn + bb*p_sb + i*p_si + hh*p_sh (lse_parts alike);
+ * out at bb*o_sb + i*o_si + hh*o_sh; lse (optional) alike. merge_states is
+ * nb = 1, ni = t; the split-KV combine is nb = b, ni = s_q. */
+typedef struct sdpa_merge_args {
+  int64_t n, nb, ni, nh, d;
+  const void *parts;
+  sdpa_dtype parts_dtype;
+  int64_t p_sn, p_sb, p_si, p_sh;
+  const float *lse_parts;
+  int64_t l_sn, l_sb, l_si, l_sh;
+  void *out;
+  sdpa_dtype out_dtype;
+  int64_t o_sb, o_si, o_sh;
+  float *lse; /* NULL = not asked */
+  int64_t lo_sb, lo_si, lo_sh;
+} sdpa_merge_args;
+
+/* What an instance tells the planner about itself. */
+typedef struct sdpa_decode_shape {
+  const char *name;
+  int hd;            /* head-dim bucket: partial rows are hd floats */
+  int block_m;       /* packed query rows per block */
+  int warps;
+  int blocks_per_sm; /* occupancy of the instance's kernel */
+} sdpa_decode_shape;
+
+typedef sdpa_status (*sdpa_decode_launch_fn)(const sdpa_decode_params *prm, unsigned grid,
+                                             cudaStream_t stream);
+
+extern "C" {
+/* merge.cu */
+sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream,
+                                   const char *who);
+/* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
+sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
+/* decode_plan.cu */
+int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
+size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
+sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *sh,
+                                sdpa_decode_launch_fn launch);
+}
+
+#endif /* SDPA_DECODE_COMMON_CUH */

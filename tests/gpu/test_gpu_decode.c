@@ -1,0 +1,656 @@
+/*
+ * test_gpu_decode.c - the CUDA split-KV decoding forward (decode rows) and
+ * merge_states on CUDA, through the public API, against the fp64 oracle and
+ * the CPU backend on the same inputs: contiguous caches (with
+ * cache_batch_idx) and paged ones (page 16 and 256, shuffled block tables,
+ * lengths off the page grid, cache_seqlens = 0), in-call append of k_new /
+ * v_new with rotary (interleaved and half-split) in both layouts, the cache
+ * contents afterwards bit for bit equal to the CPU backend's, s_q in
+ * {1, 2, 7, 64} (causal chunked prefill), windows, alibi, softcap, GQA / MQA,
+ * every head-dim bucket in f16 and bf16, forced split counts 1..64 equal to
+ * the unsplit result, paged == contiguous bit for bit, dense problems with
+ * forced splits, CUDA-graph capture with and without a caller workspace, and
+ * merge_states with empty parts in f32 / f16 / bf16.
+ *
+ *   test_gpu_decode           the whole matrix
+ *   test_gpu_decode --small   a few small problems (for compute-sanitizer)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "common/harness.h"
+#include "ref/ref.h"
+
+static test_rng rng;
+
+#define CUDA_OK(call)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+/* ---- host tensors and their device twins (contiguous, same strides) ---------------- */
+
+static size_t tensor_bytes(const sdpa_tensor *t) {
+  return (size_t)test_numel(t) * (t->dtype == SDPA_DTYPE_F32 || t->dtype == SDPA_DTYPE_I32 ? 4 : 2);
+}
+
+static sdpa_tensor to_device(const sdpa_tensor *h) {
+  sdpa_tensor d = *h;
+  if (!h->data) return d;
+  size_t n = tensor_bytes(h);
+  CUDA_OK(cudaMalloc(&d.data, n ? n : 16));
+  if (n) CUDA_OK(cudaMemcpy(d.data, h->data, n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+static void download(sdpa_tensor *h, const sdpa_tensor *d) {
+  size_t n = tensor_bytes(h);
+  if (h->data && n) CUDA_OK(cudaMemcpy(h->data, d->data, n, cudaMemcpyDeviceToHost));
+}
+
+static void dev_free(sdpa_tensor *d) {
+  if (d->data) CUDA_OK(cudaFree(d->data));
+  d->data = NULL;
+}
+
+/* ---- cases ------------------------------------------------------------------------- */
+
+typedef struct dcase {
+  const char *name;
+  sdpa_dtype dtype;
+  int64_t b, h, h_k, s_q, s_new, d, s_cache;
+  int64_t page;     /* 0 = contiguous cache */
+  int batch_idx;    /* contiguous: cache_batch_idx over b + 2 shuffled rows */
+  int rotary;       /* 0 off, 1 interleaved, 2 half-split */
+  int64_t rotary_dim;
+  int causal;
+  int64_t wl, wr;
+  float softcap;
+  int alibi;        /* 0 off, 1 [h], 2 [b, h] */
+  int zero_seqlen;  /* sequence 0 starts with an empty cache */
+  int dense;        /* no cache: dense k/v [b, s_cache, h_k, d] (needs splits > 1) */
+  int splits;       /* num_splits asked */
+  int sweep;        /* also every forced split count 1..64 against splits = 1 */
+} dcase;
+
+static dcase dbase(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
+                   int64_t s_q, int64_t s_new, int64_t d, int64_t s_cache) {
+  dcase c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.dtype = dt;
+  c.b = b;
+  c.h = h;
+  c.h_k = h_k;
+  c.s_q = s_q;
+  c.s_new = s_new;
+  c.d = d;
+  c.s_cache = s_cache;
+  c.wl = c.wr = -1;
+  return c;
+}
+
+enum { T_Q, T_KC, T_VC, T_KN, T_VN, T_OUT, T_LSE, T_SL, T_BT, T_BIDX, T_COS, T_SIN, T_ALIBI, T_N };
+
+typedef struct dbufs {
+  sdpa_tensor h[T_N], d[T_N];
+  sdpa_fwd_desc host, dev;
+} dbufs;
+
+static void shuffle(int32_t *a, int64_t n) {
+  for (int64_t k = n - 1; k > 0; --k) {
+    int64_t r = test_rng_int(&rng, 0, k);
+    int32_t t = a[k];
+    a[k] = a[r];
+    a[r] = t;
+  }
+}
+
+static int32_t *perm_of(int64_t n) {
+  int32_t *p = malloc(sizeof(int32_t) * (size_t)n);
+  for (int64_t k = 0; k < n; ++k) p[k] = (int32_t)k;
+  shuffle(p, n);
+  return p;
+}
+
+/* Host descriptor (CPU device) and device descriptor over device copies. */
+static void build(const dcase *c, dbufs *f) {
+  memset(f, 0, sizeof *f);
+  sdpa_fwd_init(&f->host);
+  sdpa_attn *a = &f->host.attn;
+  a->device = SDPA_DEVICE_CPU;
+  a->num_threads = 4;
+  a->causal = c->causal;
+  if (!c->causal) {
+    a->window_left = c->wl;
+    a->window_right = c->wr;
+  }
+  a->softcap = c->softcap;
+  int64_t sq[4] = {c->b, c->s_q, c->h, c->d}, sl[3] = {c->b, c->h, c->s_q}, sb[1] = {c->b};
+  f->h[T_Q] = test_alloc(c->dtype, 4, sq);
+  f->h[T_OUT] = test_alloc(c->dtype, 4, sq);
+  f->h[T_LSE] = test_alloc(SDPA_DTYPE_F32, 3, sl);
+  test_fill_normal(&f->h[T_Q], &rng, 1.0);
+  if (c->dense) {
+    int64_t sk[4] = {c->b, c->s_cache, c->h_k, c->d};
+    f->h[T_KC] = test_alloc(c->dtype, 4, sk);
+    f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+  } else {
+    f->h[T_SL] = test_alloc(SDPA_DTYPE_I32, 1, sb);
+    int32_t *sl32 = (int32_t *)f->h[T_SL].data;
+    int64_t room = c->s_new > c->s_q ? c->s_new : c->s_q;
+    for (int64_t b = 0; b < c->b; ++b)
+      sl32[b] = (int32_t)(c->zero_seqlen && b == 0 ? 0 : test_rng_int(&rng, 0, c->s_cache - room));
+    if (c->page > 0) {
+      int64_t maxb = (c->s_cache + c->page - 1) / c->page, nblocks = c->b * maxb + 3;
+      int64_t sk[4] = {nblocks, c->page, c->h_k, c->d}, st[2] = {c->b, maxb};
+      f->h[T_KC] = test_alloc(c->dtype, 4, sk);
+      f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+      f->h[T_BT] = test_alloc(SDPA_DTYPE_I32, 2, st);
+      int32_t *perm = perm_of(nblocks);
+      memcpy(f->h[T_BT].data, perm, sizeof(int32_t) * (size_t)(c->b * maxb));
+      free(perm);
+      f->host.block_table = f->h[T_BT];
+    } else {
+      int64_t bc = c->b + (c->batch_idx ? 2 : 0);
+      int64_t sk[4] = {bc, c->s_cache, c->h_k, c->d};
+      f->h[T_KC] = test_alloc(c->dtype, 4, sk);
+      f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+      if (c->batch_idx) {
+        f->h[T_BIDX] = test_alloc(SDPA_DTYPE_I32, 1, sb);
+        int32_t *perm = perm_of(bc);
+        memcpy(f->h[T_BIDX].data, perm, sizeof(int32_t) * (size_t)c->b);
+        free(perm);
+        f->host.cache_batch_idx = f->h[T_BIDX];
+      }
+    }
+    f->host.cache_seqlens = f->h[T_SL];
+  }
+  test_fill_normal(&f->h[T_KC], &rng, 1.0);
+  test_fill_normal(&f->h[T_VC], &rng, 1.0);
+  if (c->s_new > 0) {
+    int64_t sk[4] = {c->b, c->s_new, c->h_k, c->d};
+    f->h[T_KN] = test_alloc(c->dtype, 4, sk);
+    f->h[T_VN] = test_alloc(c->dtype, 4, sk);
+    test_fill_normal(&f->h[T_KN], &rng, 1.0);
+    test_fill_normal(&f->h[T_VN], &rng, 1.0);
+    f->host.k_new = f->h[T_KN];
+    f->host.v_new = f->h[T_VN];
+  }
+  if (c->rotary) {
+    int64_t half = c->rotary_dim / 2, sr[2] = {c->s_cache, half};
+    f->h[T_COS] = test_alloc(SDPA_DTYPE_F32, 2, sr);
+    f->h[T_SIN] = test_alloc(SDPA_DTYPE_F32, 2, sr);
+    for (int64_t pos = 0; pos < c->s_cache; ++pos)
+      for (int64_t t = 0; t < half; ++t) {
+        double ang = (double)pos * pow(10000.0, -2.0 * (double)t / (double)c->rotary_dim);
+        test_set(&f->h[T_COS], pos * half + t, cos(ang));
+        test_set(&f->h[T_SIN], pos * half + t, sin(ang));
+      }
+    f->host.rotary_cos = f->h[T_COS];
+    f->host.rotary_sin = f->h[T_SIN];
+    f->host.rotary_interleaved = c->rotary == 1;
+  }
+  if (c->alibi) {
+    int64_t s1[1] = {c->h}, s2[2] = {c->b, c->h};
+    f->h[T_ALIBI] = c->alibi == 1 ? test_alloc(SDPA_DTYPE_F32, 1, s1) : test_alloc(SDPA_DTYPE_F32, 2, s2);
+    test_fill_uniform(&f->h[T_ALIBI], &rng, 0.0, 0.5);
+    a->alibi_slopes = f->h[T_ALIBI];
+  }
+  a->q = f->h[T_Q];
+  a->k = f->h[T_KC];
+  a->v = f->h[T_VC];
+  f->host.out = f->h[T_OUT];
+  f->host.lse = f->h[T_LSE];
+  f->host.num_splits = c->splits;
+
+  for (int k = 0; k < T_N; ++k) f->d[k] = to_device(&f->h[k]);
+  f->dev = f->host;
+  sdpa_attn *ad = &f->dev.attn;
+  ad->device = SDPA_DEVICE_CUDA;
+  ad->q = f->d[T_Q];
+  ad->k = f->d[T_KC];
+  ad->v = f->d[T_VC];
+  if (c->alibi) ad->alibi_slopes = f->d[T_ALIBI];
+  f->dev.out = f->d[T_OUT];
+  f->dev.lse = f->d[T_LSE];
+  if (!c->dense) f->dev.cache_seqlens = f->d[T_SL];
+  if (c->page) f->dev.block_table = f->d[T_BT];
+  if (c->batch_idx) f->dev.cache_batch_idx = f->d[T_BIDX];
+  if (c->s_new) {
+    f->dev.k_new = f->d[T_KN];
+    f->dev.v_new = f->d[T_VN];
+  }
+  if (c->rotary) {
+    f->dev.rotary_cos = f->d[T_COS];
+    f->dev.rotary_sin = f->d[T_SIN];
+  }
+}
+
+static void release(dbufs *f) {
+  for (int k = 0; k < T_N; ++k) {
+    dev_free(&f->d[k]);
+    test_free(&f->h[k]);
+  }
+}
+
+static double lse_atol(const double *lse, int64_t n) {
+  double mx = 1.0;
+  for (int64_t e = 0; e < n; ++e)
+    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
+  return 2e-6 * mx + 1e-5;
+}
+
+static void print_case(const dcase *c, const char *tag) {
+  printf("-- %s%s: %s b%lld h%lld/%lld s_q%lld s_new%lld d%lld cache %lld page %lld rotary %d "
+         "causal %d window (%lld,%lld) softcap %g alibi %d splits %d%s\n",
+         c->name, tag, sdpa_dtype_string(c->dtype), (long long)c->b, (long long)c->h,
+         (long long)c->h_k, (long long)c->s_q, (long long)c->s_new, (long long)c->d,
+         (long long)c->s_cache, (long long)c->page, c->rotary, c->causal, (long long)c->wl,
+         (long long)c->wr, (double)c->softcap, c->alibi, c->splits, c->dense ? " dense" : "");
+}
+
+/* Runs the device descriptor on `stream` (optionally captured in a graph). */
+static sdpa_status run_dev(sdpa_fwd_desc *desc, int graph) {
+  if (!graph) {
+    sdpa_status st = sdpa_fwd(desc);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      printf("  device error: %s\n", cudaGetErrorString(e));
+      return SDPA_ERR_CUDA;
+    }
+    return st;
+  }
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  desc->attn.stream = s;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ex = NULL;
+  CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  sdpa_status st = sdpa_fwd(desc);
+  cudaError_t e = cudaStreamEndCapture(s, &g);
+  if (st == SDPA_OK && e == cudaSuccess) e = cudaGraphInstantiate(&ex, g, 0);
+  if (st == SDPA_OK && e == cudaSuccess) e = cudaGraphLaunch(ex, s);
+  if (st == SDPA_OK && e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (ex) CUDA_OK(cudaGraphExecDestroy(ex));
+  if (g) CUDA_OK(cudaGraphDestroy(g));
+  CUDA_OK(cudaStreamDestroy(s));
+  desc->attn.stream = NULL;
+  if (e != cudaSuccess) {
+    printf("  graph error: %s\n", cudaGetErrorString(e));
+    return SDPA_ERR_CUDA;
+  }
+  return st;
+}
+
+/* graph: 0 plain, 1 captured without workspace, 2 captured with a caller workspace */
+static void run_case_mode(const dcase *c, int graph) {
+  print_case(c, graph == 1 ? " (graph)" : graph == 2 ? " (graph + workspace)" : "");
+  dbufs f;
+  build(c, &f);
+  sdpa_problem p;
+  if (!TEST_EXPECT(sdpa_validate_fwd(&f.host, &p) == SDPA_OK, "%s: validate: %s", c->name,
+                   sdpa_last_error())) {
+    release(&f);
+    return;
+  }
+  /* the oracle reads the host cache before any append */
+  const int64_t n_out = test_numel(&f.h[T_OUT]), n_lse = test_numel(&f.h[T_LSE]);
+  double *ro = malloc(sizeof(double) * (size_t)n_out), *lo = malloc(sizeof(double) * (size_t)n_out);
+  double *rl = malloc(sizeof(double) * (size_t)n_lse), *ll = malloc(sizeof(double) * (size_t)n_lse);
+  ref_fwd(&p, 0, ro, rl, NULL);
+  ref_fwd(&p, 1, lo, ll, NULL);
+
+  char what[256];
+  void *ws = NULL;
+  if (graph == 2) {
+    size_t bytes = 0;
+    TEST_EXPECT(sdpa_fwd_workspace_size(&f.dev, &bytes) == SDPA_OK, "%s: workspace size: %s",
+                c->name, sdpa_last_error());
+    if (bytes) {
+      CUDA_OK(cudaMalloc(&ws, bytes));
+      f.dev.workspace = ws;
+      f.dev.workspace_size = bytes;
+    }
+    printf("  workspace %zu bytes\n", bytes);
+  }
+  sdpa_status st = run_dev(&f.dev, graph);
+  if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_fwd on CUDA: %s (%s)", c->name, sdpa_status_string(st),
+                  sdpa_last_error())) {
+    download(&f.h[T_OUT], &f.d[T_OUT]);
+    download(&f.h[T_LSE], &f.d[T_LSE]);
+    snprintf(what, sizeof what, "%s out", c->name);
+    test_check(what, &f.h[T_OUT], ro, lo, test_atol(c->dtype));
+    snprintf(what, sizeof what, "%s lse", c->name);
+    test_check(what, &f.h[T_LSE], rl, ll, lse_atol(rl, n_lse));
+
+    /* the CPU backend on the host copies (it appends into them in place):
+     * outputs within twice the oracle bound, caches equal bit for bit */
+    sdpa_tensor cout = test_alloc(c->dtype, 4, f.h[T_OUT].shape);
+    sdpa_fwd_desc cd = f.host;
+    cd.out = cout;
+    cd.lse.data = NULL;
+    st = sdpa_fwd(&cd);
+    if (TEST_EXPECT(st == SDPA_OK, "%s: CPU backend: %s", c->name, sdpa_last_error())) {
+      double *co = malloc(sizeof(double) * (size_t)n_out), lowp_err = 0.0;
+      for (int64_t e = 0; e < n_out; ++e) {
+        co[e] = test_get(&cout, e);
+        if (fabs(lo[e] - ro[e]) > lowp_err) lowp_err = fabs(lo[e] - ro[e]);
+      }
+      snprintf(what, sizeof what, "%s out vs CPU backend", c->name);
+      test_check(what, &f.h[T_OUT], co, NULL, 2.0 * (2.0 * lowp_err + test_atol(c->dtype)));
+      free(co);
+      sdpa_tensor gk = test_alloc(c->dtype, 4, f.h[T_KC].shape);
+      sdpa_tensor gv = test_alloc(c->dtype, 4, f.h[T_VC].shape);
+      download(&gk, &f.d[T_KC]);
+      download(&gv, &f.d[T_VC]);
+      snprintf(what, sizeof what, "%s k cache after the call vs CPU backend", c->name);
+      test_check_equal(what, &gk, &f.h[T_KC]);
+      snprintf(what, sizeof what, "%s v cache after the call vs CPU backend", c->name);
+      test_check_equal(what, &gv, &f.h[T_VC]);
+      test_free(&gk);
+      test_free(&gv);
+    }
+    test_free(&cout);
+
+    /* every forced split count equals the unsplit result (the append is
+     * idempotent: the same rows land at the same places again) */
+    if (c->sweep) {
+      sdpa_tensor o1 = test_alloc(c->dtype, 4, f.h[T_OUT].shape);
+      sdpa_tensor l1 = test_alloc(SDPA_DTYPE_F32, 3, f.h[T_LSE].shape);
+      double *b1 = malloc(sizeof(double) * (size_t)n_out), *bl = malloc(sizeof(double) * (size_t)n_lse);
+      int bad = 0;
+      for (int s = 1; s <= 64 && !bad; ++s) {
+        f.dev.num_splits = s;
+        st = run_dev(&f.dev, 0);
+        if (!TEST_EXPECT(st == SDPA_OK, "%s: splits %d: %s", c->name, s, sdpa_last_error())) break;
+        download(&o1, &f.d[T_OUT]);
+        download(&l1, &f.d[T_LSE]);
+        if (s == 1) {
+          for (int64_t e = 0; e < n_out; ++e) b1[e] = test_get(&o1, e);
+          for (int64_t e = 0; e < n_lse; ++e) bl[e] = test_get(&l1, e);
+          continue;
+        }
+        snprintf(what, sizeof what, "%s splits=%d vs 1 out", c->name, s);
+        bad |= !test_check(what, &o1, b1, NULL, test_atol(c->dtype));
+        snprintf(what, sizeof what, "%s splits=%d vs 1 lse", c->name, s);
+        bad |= !test_check(what, &l1, bl, NULL, lse_atol(bl, n_lse));
+      }
+      f.dev.num_splits = c->splits;
+      free(b1);
+      free(bl);
+      test_free(&o1);
+      test_free(&l1);
+    }
+  }
+  if (ws) CUDA_OK(cudaFree(ws));
+  free(ro);
+  free(lo);
+  free(rl);
+  free(ll);
+  release(&f);
+}
+
+static void run_case(const dcase *c) { run_case_mode(c, 0); }
+
+/* The same logical cache, contiguous and paged (shuffled blocks): the same
+ * kernel, tiles and splits, so the outputs are equal bit for bit. */
+static void run_paged_vs_contiguous(sdpa_dtype dt, int64_t page, int64_t s_q, int splits) {
+  dcase c = dbase("paged == contiguous", dt, 3, 8, 2, s_q, 0, 128, 1000);
+  c.page = 0;
+  c.causal = 1;
+  c.splits = splits;
+  print_case(&c, "");
+  dbufs f;
+  build(&c, &f);
+  const int64_t maxb = (c.s_cache + page - 1) / page, nblocks = c.b * maxb + 1;
+  int64_t sk[4] = {nblocks, page, c.h_k, c.d}, st[2] = {c.b, maxb};
+  sdpa_tensor pk = test_alloc(dt, 4, sk), pv = test_alloc(dt, 4, sk), bt = test_alloc(SDPA_DTYPE_I32, 2, st);
+  test_fill_normal(&pk, &rng, 1.0); /* blocks past the sequences: random, never read */
+  test_fill_normal(&pv, &rng, 1.0);
+  int32_t *perm = perm_of(nblocks);
+  memcpy(bt.data, perm, sizeof(int32_t) * (size_t)(c.b * maxb));
+  free(perm);
+  const size_t row = (size_t)(c.h_k * c.d) * 2;
+  for (int64_t b = 0; b < c.b; ++b)
+    for (int64_t j = 0; j < c.s_cache; ++j) {
+      int64_t blk = ((int32_t *)bt.data)[b * maxb + j / page];
+      size_t dst = (size_t)(blk * page + j % page) * row, src = (size_t)(b * c.s_cache + j) * row;
+      memcpy((char *)pk.data + dst, (char *)f.h[T_KC].data + src, row);
+      memcpy((char *)pv.data + dst, (char *)f.h[T_VC].data + src, row);
+    }
+  sdpa_tensor dpk = to_device(&pk), dpv = to_device(&pv), dbt = to_device(&bt);
+  sdpa_tensor out_c = test_alloc(dt, 4, f.h[T_OUT].shape), out_p = test_alloc(dt, 4, f.h[T_OUT].shape);
+  sdpa_status s1 = run_dev(&f.dev, 0);
+  download(&out_c, &f.d[T_OUT]);
+  CUDA_OK(cudaMemset(f.d[T_OUT].data, 0xff, tensor_bytes(&f.h[T_OUT])));
+  f.dev.attn.k = dpk;
+  f.dev.attn.v = dpv;
+  f.dev.block_table = dbt;
+  sdpa_status s2 = run_dev(&f.dev, 0);
+  download(&out_p, &f.d[T_OUT]);
+  char what[128];
+  snprintf(what, sizeof what, "paged %lld vs contiguous s_q %lld splits %d", (long long)page,
+           (long long)s_q, splits);
+  if (TEST_EXPECT(s1 == SDPA_OK && s2 == SDPA_OK, "%s: %s", what, sdpa_last_error()))
+    test_check_equal(what, &out_p, &out_c);
+  dev_free(&dpk);
+  dev_free(&dpv);
+  dev_free(&dbt);
+  test_free(&pk);
+  test_free(&pv);
+  test_free(&bt);
+  test_free(&out_c);
+  test_free(&out_p);
+  release(&f);
+}
+
+/* merge_states on CUDA vs the CPU: n parts, some empty (+inf), one row all empty. */
+static void run_merge(sdpa_dtype parts_dt, sdpa_dtype out_dt, int64_t n, int64_t t, int64_t h,
+                      int64_t d) {
+  printf("-- merge_states: parts %s out %s n%lld t%lld h%lld d%lld\n", sdpa_dtype_string(parts_dt),
+         sdpa_dtype_string(out_dt), (long long)n, (long long)t, (long long)h, (long long)d);
+  int64_t sp[4] = {n, t, h, d}, sl[3] = {n, t, h}, so[3] = {t, h, d}, slo[2] = {t, h};
+  sdpa_tensor parts = test_alloc(parts_dt, 4, sp), lse = test_alloc(SDPA_DTYPE_F32, 3, sl);
+  sdpa_tensor out = test_alloc(out_dt, 3, so), lo = test_alloc(SDPA_DTYPE_F32, 2, slo);
+  sdpa_tensor cout = test_alloc(out_dt, 3, so), clo = test_alloc(SDPA_DTYPE_F32, 2, slo);
+  test_fill_normal(&parts, &rng, 1.0);
+  for (int64_t e = 0; e < test_numel(&lse); ++e) {
+    int64_t row = e % (t * h);
+    double x = row == 1 ? INFINITY : test_rng_uniform(&rng) < 0.2 ? INFINITY : 3.0 * test_rng_normal(&rng);
+    test_set(&lse, e, x);
+  }
+  sdpa_tensor dparts = to_device(&parts), dlse = to_device(&lse), dout = to_device(&out), dlo = to_device(&lo);
+  sdpa_merge_desc m;
+  sdpa_merge_init(&m);
+  m.device = SDPA_DEVICE_CUDA;
+  m.out_parts = dparts;
+  m.lse_parts = dlse;
+  m.out = dout;
+  m.lse = dlo;
+  sdpa_status st = sdpa_merge_states(&m);
+  CUDA_OK(cudaDeviceSynchronize());
+  sdpa_merge_desc mc = m;
+  mc.device = SDPA_DEVICE_CPU;
+  mc.out_parts = parts;
+  mc.lse_parts = lse;
+  mc.out = cout;
+  mc.lse = clo;
+  sdpa_status stc = sdpa_merge_states(&mc);
+  if (TEST_EXPECT(st == SDPA_OK && stc == SDPA_OK, "merge_states: %s", sdpa_last_error())) {
+    download(&out, &dout);
+    download(&lo, &dlo);
+    double *co = malloc(sizeof(double) * (size_t)test_numel(&cout));
+    double *cl = malloc(sizeof(double) * (size_t)test_numel(&clo));
+    for (int64_t e = 0; e < test_numel(&cout); ++e) co[e] = test_get(&cout, e);
+    for (int64_t e = 0; e < test_numel(&clo); ++e) cl[e] = test_get(&clo, e);
+    test_check("merge_states out vs CPU", &out, co, NULL, out_dt == SDPA_DTYPE_F32 ? 1e-5 : test_atol(out_dt));
+    test_check("merge_states lse vs CPU", &lo, cl, NULL, 1e-5);
+    free(co);
+    free(cl);
+  }
+  dev_free(&dparts);
+  dev_free(&dlse);
+  dev_free(&dout);
+  dev_free(&dlo);
+  sdpa_tensor *all[6] = {&parts, &lse, &out, &lo, &cout, &clo};
+  for (int k = 0; k < 6; ++k) test_free(all[k]);
+}
+
+/* Which kernel a cache problem gets (printed for the log). */
+static void show_choice(void) {
+  dcase c = dbase("explain", SDPA_DTYPE_BF16, 2, 32, 8, 1, 1, 128, 512);
+  c.page = 16;
+  dbufs f;
+  build(&c, &f);
+  char buf[4096];
+  sdpa_status st = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
+  printf("%s", buf);
+  TEST_EXPECT(st == SDPA_OK && strstr(buf, "selected: decode_sm80_bf16_hd128") != NULL,
+              "explain: expected decode_sm80_bf16_hd128 for a paged bf16 d=128 cache: %s",
+              sdpa_last_error());
+  release(&f);
+}
+
+int main(int argc, char **argv) {
+  int small = argc > 1 && strcmp(argv[1], "--small") == 0;
+  test_rng_init(&rng, test_seed());
+  if (!sdpa_cuda_available()) {
+    printf("no usable CUDA device: skipped\n");
+    return 0;
+  }
+  dcase c;
+  if (small) {
+    const int64_t ds[3] = {64, 128, 256};
+    for (int k = 0; k < 3; ++k) {
+      c = dbase("small paged append rotary", k == 1 ? SDPA_DTYPE_F16 : SDPA_DTYPE_BF16, 2, 4, 2, 3,
+                2, ds[k], 200);
+      c.page = 16;
+      c.rotary = 2;
+      c.rotary_dim = ds[k] / 2;
+      c.causal = 1;
+      c.splits = 3;
+      c.zero_seqlen = 1;
+      run_case(&c);
+    }
+    c = dbase("small contiguous batch_idx", SDPA_DTYPE_F16, 2, 8, 1, 1, 1, 128, 300);
+    c.batch_idx = 1;
+    c.rotary = 1;
+    c.rotary_dim = 64;
+    run_case(&c);
+    run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_BF16, 3, 5, 4, 72);
+    return test_summary();
+  }
+
+  show_choice();
+  const sdpa_dtype dts[2] = {SDPA_DTYPE_F16, SDPA_DTYPE_BF16};
+  const int64_t sqs[4] = {1, 2, 7, 64};
+  for (int k = 0; k < 8; ++k) {
+    sdpa_dtype dt = dts[k % 2];
+    int64_t s_q = sqs[k % 4];
+    c = dbase("contiguous + batch_idx + append + rotary interleaved", dt, 3, 8, 2, s_q, s_q, 128, 700);
+    c.batch_idx = 1;
+    c.rotary = 1;
+    c.rotary_dim = 64;
+    c.causal = 1;
+    c.zero_seqlen = 1;
+    run_case(&c);
+    c = dbase("paged 16 + append + rotary half", dt, 3, 8, 2, s_q, k < 4 ? s_q : 3, 64, 400);
+    c.page = 16;
+    c.rotary = 2;
+    c.rotary_dim = 64;
+    c.causal = k % 2;
+    c.zero_seqlen = k == 1;
+    run_case(&c);
+    c = dbase("paged 256 no append", dt, 2, 4, 4, s_q, 0, 256, 700);
+    c.page = 256;
+    c.zero_seqlen = k == 2;
+    c.causal = k >= 4;
+    run_case(&c);
+  }
+  /* head-dim buckets, padded inside them, GQA / MQA */
+  const int64_t hds[6] = {32, 40, 64, 72, 128, 200};
+  for (int k = 0; k < 12; ++k) {
+    c = dbase("head dim", dts[k / 6], 2, 8, k % 3 == 0 ? 1 : k % 3 == 1 ? 2 : 8, 1 + k % 3, 1,
+              hds[k % 6], 333);
+    c.page = k % 2 ? 16 : 0;
+    run_case(&c);
+  }
+  /* score modifiers */
+  c = dbase("window", SDPA_DTYPE_BF16, 2, 8, 2, 7, 2, 128, 900);
+  c.wl = 100;
+  c.wr = 3;
+  c.page = 16;
+  run_case(&c);
+  c = dbase("alibi [h] + softcap", SDPA_DTYPE_F16, 2, 8, 2, 2, 1, 128, 600);
+  c.alibi = 1;
+  c.softcap = 20.0f;
+  c.causal = 1;
+  run_case(&c);
+  c = dbase("alibi [b, h] + window + GQA 8", SDPA_DTYPE_BF16, 2, 16, 2, 1, 1, 64, 800);
+  c.alibi = 2;
+  c.wl = 60;
+  c.wr = 0;
+  c.page = 256;
+  run_case(&c);
+  c = dbase("chunked prefill 64 causal", SDPA_DTYPE_BF16, 2, 32, 8, 64, 64, 128, 2000);
+  c.causal = 1;
+  c.page = 16;
+  run_case(&c);
+  c = dbase("empty caches, no append", SDPA_DTYPE_F16, 1, 4, 1, 3, 0, 64, 64);
+  c.zero_seqlen = 1;
+  run_case(&c);
+  /* split counts */
+  c = dbase("split sweep paged 16 + append + rotary", SDPA_DTYPE_BF16, 2, 8, 2, 1, 1, 128, 3000);
+  c.page = 16;
+  c.rotary = 2;
+  c.rotary_dim = 128;
+  c.sweep = 1;
+  run_case(&c);
+  c = dbase("split sweep contiguous causal s_q 7", SDPA_DTYPE_F16, 2, 4, 4, 7, 0, 64, 2000);
+  c.batch_idx = 1;
+  c.causal = 1;
+  c.sweep = 1;
+  run_case(&c);
+  c = dbase("auto split long", SDPA_DTYPE_BF16, 1, 32, 8, 1, 1, 128, 20000);
+  c.page = 256;
+  run_case(&c);
+  /* dense problems with forced splits */
+  c = dbase("dense split-KV", SDPA_DTYPE_BF16, 2, 8, 2, 33, 0, 128, 500);
+  c.dense = 1;
+  c.causal = 1;
+  c.splits = 5;
+  run_case(&c);
+  c = dbase("dense split-KV softcap", SDPA_DTYPE_F16, 1, 4, 1, 1, 0, 256, 1111);
+  c.dense = 1;
+  c.softcap = 30.0f;
+  c.splits = 7;
+  run_case(&c);
+  /* paged == contiguous, bit for bit */
+  for (int k = 0; k < 2; ++k) {
+    run_paged_vs_contiguous(dts[k], 16, 1, 4);
+    run_paged_vs_contiguous(dts[k], 256, 7, 1);
+  }
+  /* CUDA graphs: stream-ordered workspace, and a caller workspace */
+  c = dbase("graph", SDPA_DTYPE_BF16, 2, 8, 2, 1, 1, 128, 1500);
+  c.page = 16;
+  c.rotary = 1;
+  c.rotary_dim = 32;
+  c.splits = 4;
+  run_case_mode(&c, 1);
+  run_case_mode(&c, 2);
+  /* merge_states */
+  run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 4, 7, 3, 64);
+  run_merge(SDPA_DTYPE_BF16, SDPA_DTYPE_F16, 1, 5, 2, 300);
+  run_merge(SDPA_DTYPE_F16, SDPA_DTYPE_BF16, 9, 3, 8, 128);
+  return test_summary();
+}
