@@ -89,6 +89,10 @@ extern "C" {
 #endif
 int sdpa_cuda_arch(void);
 int sdpa_cuda_sm_count(void);
+/* Raises a kernel's dynamic shared-memory limit to `bytes` (> 48 KB needs it)
+ * once per device; done[SDPA's 64 devices] is the caller's per-kernel flags. */
+sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsigned char *done,
+                                  const char *name);
 #ifdef __cplusplus
 }
 #endif

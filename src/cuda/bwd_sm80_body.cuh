@@ -545,7 +545,7 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static int smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
@@ -587,21 +587,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
 
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", SDPA_BSTR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  if (SMEM_BYTES > 48 * 1024 && (dev >= 64 || !smem_set[dev])) {
-    e = cudaFuncSetAttribute((const void *)SDPA_KMAIN, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SMEM_BYTES);
-    if (e != cudaSuccess)
-      return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFuncSetAttribute(%d bytes of shared memory) failed: %s",
-                       SDPA_BSTR(SDPA_KERNEL_NAME), (int)SMEM_BYTES, cudaGetErrorString(e));
-    if (dev < 64) smem_set[dev] = 1;
-  }
+  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KMAIN, (int)SMEM_BYTES, smem_set,
+                                  SDPA_BSTR(SDPA_KERNEL_NAME)));
 
   cudaStream_t stream = (cudaStream_t)p->stream;
+  cudaError_t e = cudaSuccess;
   unsigned char *ws = (unsigned char *)p->workspace;
   if (!ws) {
     e = cudaMallocAsync((void **)&ws, lay.bytes, stream);

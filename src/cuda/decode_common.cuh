@@ -112,6 +112,31 @@ __device__ __forceinline__ float sdpa_merge_total(const float *lse, int64_t n, i
   return mx + logf(sum);
 }
 
+/* The same total computed by a whole warp for lse values in global memory:
+ * lane k reads parts k, k + 32, ... at once and shuffles reduce them, so a
+ * row costs one load latency instead of one per part (the split combine of
+ * 2026-11-21 spent ~28 us walking 29 parts one dependent load at a time).
+ * Every lane returns the total; all 32 lanes must call it. */
+__device__ __forceinline__ float sdpa_merge_total_warp(const float *lse, int64_t n,
+                                                       int64_t stride, int lane) {
+  float mx = -INFINITY;
+  for (int64_t k = lane; k < n; k += 32) {
+    const float l = lse[k * stride];
+    if (l != INFINITY && l > mx) mx = l;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (mx == -INFINITY) return INFINITY;
+  float sum = 0.f;
+  for (int64_t k = lane; k < n; k += 32) {
+    const float l = lse[k * stride];
+    if (l != INFINITY) sum += expf(l - mx);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return mx + logf(sum);
+}
+
 /* Weight exp(lse_k - total) of a part in the merged row (0: skip the part). */
 __device__ __forceinline__ float sdpa_merge_weight(float l, float total) {
   if (l == INFINITY || l == -INFINITY || total == INFINITY) return 0.f;

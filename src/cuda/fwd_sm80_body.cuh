@@ -636,7 +636,7 @@ extern "C" sdpa_status SDPA_RUN_FULL(const sdpa_problem *p, const sdpa_kernel_ro
 #endif
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static int smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
 #if !SDPA_FULL
   if (p->dropout_p > 0.f || p->probs) return SDPA_RUN_FULL(p, row);
 #endif
@@ -668,22 +668,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
 
-  int dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  if (SMEM_BYTES > 48 * 1024 && (dev >= 64 || !smem_set[dev])) {
-    e = cudaFuncSetAttribute((const void *)SDPA_KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SMEM_BYTES);
-    if (e != cudaSuccess)
-      return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFuncSetAttribute(%d bytes of shared memory) failed: %s",
-                       SDPA_STR(SDPA_KERNEL_NAME), (int)SMEM_BYTES, cudaGetErrorString(e));
-    if (dev < 64) smem_set[dev] = 1;
-  }
+  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
+                                  SDPA_STR(SDPA_KERNEL_NAME)));
   dim3 grid((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
   SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
-  e = cudaGetLastError();
+  cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));

@@ -5,9 +5,10 @@
  * sdpa_merge_states on CUDA (sdpa_cuda_merge, any float dtypes for the parts
  * and the output) and the combine step of the split-KV decoding forward
  * (decode_plan.cu, fp32 partials), through sdpa_merge_args. One warp per
- * output row: every lane derives the row's total from the part lse values
- * (a broadcast read), then the lanes stream the parts' columns, coalesced,
- * 8 columns of 32 lanes at a time so any head dim works.
+ * output row: the lanes read the part lse values together and reduce them
+ * by shuffles (sdpa_merge_total_warp), then stream the parts' columns,
+ * coalesced, 8 columns of 32 lanes at a time so any head dim works, with
+ * each part's weight broadcast from the lane that computed it.
  */
 #include <cuda_runtime.h>
 
@@ -25,18 +26,28 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32)
   const float *lse = a.lse_parts + bb * a.l_sb + i * a.l_si + hh * a.l_sh;
   const int64_t pbase = bb * a.p_sb + i * a.p_si + hh * a.p_sh;
   const int64_t obase = bb * a.o_sb + i * a.o_si + hh * a.o_sh;
-  const float total = sdpa_merge_total(lse, a.n, a.l_sn);
+  const float total = sdpa_merge_total_warp(lse, a.n, a.l_sn, lane);
   for (int64_t c0 = 0; c0 < a.d; c0 += 32 * MERGE_COLS) {
     float acc[MERGE_COLS];
 #pragma unroll
     for (int u = 0; u < MERGE_COLS; ++u) acc[u] = 0.f;
-    for (int64_t k = 0; k < a.n; ++k) {
-      const float w = sdpa_merge_weight(lse[k * a.l_sn], total);
-      if (w == 0.f) continue; /* empty part: its out is never read */
+    for (int64_t k0 = 0; k0 < a.n; k0 += 32) {
+      /* lane j holds the weight of part k0 + j; the loop broadcasts it, and
+       * the part loads carry no dependence on one another */
+      const float wl = k0 + lane < a.n ? sdpa_merge_weight(lse[(k0 + lane) * a.l_sn], total) : 0.f;
+      const int cnt = a.n - k0 < 32 ? (int)(a.n - k0) : 32;
+#pragma unroll 4
+      for (int j = 0; j < cnt; ++j) {
+        const float w = __shfl_sync(0xffffffffu, wl, j);
+        const int64_t pk = pbase + (k0 + j) * a.p_sn;
 #pragma unroll
-      for (int u = 0; u < MERGE_COLS; ++u) {
-        const int64_t e = c0 + u * 32 + lane;
-        if (e < a.d) acc[u] += w * sdpa_load_f(a.parts, a.parts_dtype, pbase + k * a.p_sn + e);
+        for (int u = 0; u < MERGE_COLS; ++u) {
+          const int64_t e = c0 + u * 32 + lane;
+          if (e < a.d) {
+            const float x = sdpa_load_f(a.parts, a.parts_dtype, pk + e);
+            acc[u] += w != 0.f ? w * x : 0.f; /* an empty part's out may be anything */
+          }
+        }
       }
     }
 #pragma unroll

@@ -6,6 +6,7 @@
  */
 #include <cuda_runtime.h>
 
+#include "../error.h"
 #include "../registry.h"
 
 #define SDPA_MAX_DEVICES 64
@@ -49,4 +50,23 @@ extern "C" int sdpa_cuda_sm_count(void) {
   int dev;
   if (!read_device(&dev)) return 0;
   return sm_cache[dev] > 0 ? sm_cache[dev] : 0;
+}
+
+/* Kernels that take more than 48 KB of dynamic shared memory must opt in, once
+ * per device. `done` is the caller's per-instance flag array (one byte per
+ * device); a race only sets the attribute twice, which is harmless. */
+extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsigned char *done,
+                                             const char *name) {
+  if (bytes <= 48 * 1024) return SDPA_OK;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", name, cudaGetErrorString(e));
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES && done[dev]) return SDPA_OK;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFuncSetAttribute(%d bytes of shared memory) failed: %s",
+                     name, bytes, cudaGetErrorString(e));
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES) done[dev] = 1;
+  return SDPA_OK;
 }
