@@ -393,13 +393,9 @@ static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
     *bps = DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev];
     return SDPA_OK;
   }
-  if (SMEM_BYTES > 48 * 1024) {
-    e = cudaFuncSetAttribute((const void *)DEC_KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             SMEM_BYTES);
-    if (e != cudaSuccess)
-      return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFuncSetAttribute(%d bytes of shared memory) failed: %s",
-                       DEC_STR(SDPA_KERNEL_NAME), (int)SMEM_BYTES, cudaGetErrorString(e));
-  }
+  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)DEC_KERNEL, (int)SMEM_BYTES, smem_set,
+                                  DEC_STR(SDPA_KERNEL_NAME)));
   int n = 0;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DEC_KERNEL, NTHREADS, SMEM_BYTES);
   if (e != cudaSuccess || n < 1)

@@ -55,9 +55,22 @@ def torch_math(q, k, v, causal=False, scale=None, bias=None):
     h, hk = q.shape[2], k.shape[2]
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k.repeat_interleave(h // hk, 2),
                                               v.repeat_interleave(h // hk, 2)))
-    with sdpa_kernel([SDPBackend.MATH]):
-        o = torch.nn.functional.scaled_dot_product_attention(
-            qt, kt, vt, attn_mask=bias, is_causal=causal, scale=scale)
+    # Since torch 2.5 the math backend upcasts fp16/bf16 to fp32 unless told
+    # otherwise; DESIGN.md section 8 wants math *in the storage dtype* (as
+    # flash_attn's tests' upcast=False reference), so allow the reduced math
+    # for this call (the autograd graph it records is then in that dtype too).
+    allow = getattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp", None)
+    allowed = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", None)
+    prev = allowed() if allowed else None
+    if allow:
+        allow(True)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            o = torch.nn.functional.scaled_dot_product_attention(
+                qt, kt, vt, attn_mask=bias, is_causal=causal, scale=scale)
+    finally:
+        if allow and prev is not None:
+            allow(prev)
     return o.transpose(1, 2)
 
 
