@@ -95,6 +95,9 @@ def main():
                         if rec.get("sdpa") and rec.get(name):
                             rec["x_" + name.split("_")[1]] = rec["sdpa"] / rec[name]
                     records.append(rec)
+                    # rewritten after every cell: a run cut short keeps what it measured
+                    write_results(gpu, [{k: v for k, v in r.items() if not k.startswith("x_")}
+                                        for r in records])
                     print(f"{op} d={d} causal={int(causal)} s={s}: " + ", ".join(
                         f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", *TORCH_BACKENDS)), flush=True)
     cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
