@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from common import cuda_time_ms, markdown_table, write_results
+from common import cuda_time_ms, markdown_table, with_ratios, write_results
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ def flops(op, b, h, s_q, s_k, d, causal):
     return f * (2.5 if op == "bwd" else 1.0)
 
 
-def bench_one(op, b, s, h, d, causal):
+def bench_one(op, b, s, h, d, causal, dropout=0.0):
     torch.manual_seed(0)
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
     q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
@@ -40,7 +40,7 @@ def bench_one(op, b, s, h, d, causal):
     v = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     rec = {"op": op, "dtype": "bf16", "b": b, "s_q": s, "s_k": s, "h": h, "h_k": h, "d": d,
-           "causal": causal, "paged": 0, "dropout": 0.0}
+           "causal": causal, "paged": 0, "dropout": dropout}
     fl = flops(op, b, h, s, s, d, causal)
 
     def tflops(fn):
@@ -54,11 +54,12 @@ def bench_one(op, b, s, h, d, causal):
 
     if op == "fwd":
         out = torch.empty_like(q)
-        rec["sdpa"] = tflops(lambda: sdpa.forward(q, k, v, causal=causal, out=out))
+        rec["sdpa"] = tflops(lambda: sdpa.forward(q, k, v, causal=causal, dropout_p=dropout,
+                                                  seed=1, out=out))
         for name, be in TORCH_BACKENDS.items():
             def run(be=be):
                 with sdpa_kernel(be):
-                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=dropout)
             rec[name] = tflops(run)
     else:
         out, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
@@ -81,29 +82,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="fwd")
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
     args = ap.parse_args()
     gpu = torch.cuda.get_device_name()
     seqs = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     records = []
+    if args.dropout > 0:
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                pair = [bench_one("fwd", 4, 4096, 2048 // d, d, causal, p) for p in (0.0, args.dropout)]
+                records.extend(pair)
+                write_results(gpu, records, suffix="-dropout")
+                print(f"dropout d={d} causal={int(causal)}: sdpa p=0 {pair[0]['sdpa']:.0f}, "
+                      f"p={args.dropout} {pair[1]['sdpa']:.0f} ({pair[1]['sdpa'] / pair[0]['sdpa']:.2f}x); "
+                      f"torch_flash {pair[0]['torch_flash'] or 0:.0f} -> {pair[1]['torch_flash'] or 0:.0f}",
+                      flush=True)
+        return
     for op in args.ops.split(","):
         for d in (64, 128, 256):
             for causal in (False, True):
                 for s in seqs:
                     b, h = 16384 // s, 2048 // d
                     rec = bench_one(op, b, s, h, d, causal)
-                    for name in ("torch_flash", "torch_cudnn"):
-                        if rec.get("sdpa") and rec.get(name):
-                            rec["x_" + name.split("_")[1]] = rec["sdpa"] / rec[name]
                     records.append(rec)
                     # rewritten after every cell: a run cut short keeps what it measured
-                    write_results(gpu, [{k: v for k, v in r.items() if not k.startswith("x_")}
-                                        for r in records])
+                    write_results(gpu, records)
                     print(f"{op} d={d} causal={int(causal)} s={s}: " + ", ".join(
                         f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", *TORCH_BACKENDS)), flush=True)
     cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
             "torch_efficient", "x_flash", "x_cudnn"]
-    table = markdown_table(records, cols)
-    path = write_results(gpu, [{k: v for k, v in r.items() if not k.startswith("x_")} for r in records])
+    table = markdown_table(with_ratios(records), cols)
+    path = write_results(gpu, records)
     with open(path[:-5] + ".md", "w") as f:
         f.write(f"# {gpu}, TFLOP/s (bf16), x_* = sdpa / torch backend\n\n{table}\n")
     print(table)

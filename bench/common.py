@@ -18,11 +18,14 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
 def commit():
+    # The GPU host gets a copy of the tree without .git: the caller passes SDPA_COMMIT.
+    if os.environ.get("SDPA_COMMIT"):
+        return os.environ["SDPA_COMMIT"]
     try:
         return subprocess.check_output(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                        stderr=subprocess.DEVNULL).decode().strip()
     except Exception:
-        return os.environ.get("SDPA_COMMIT", "unknown")
+        return "unknown"
 
 
 def results_path(gpu, suffix=""):
@@ -68,6 +71,34 @@ def markdown_table(records, cols):
         cells = []
         for c in cols:
             v = r.get(c)
-            cells.append("-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v)))
+            if v is None:
+                cells.append("-")
+            elif isinstance(v, float):
+                cells.append(f"{v:.2f}" if c.startswith(("x_", "ratio")) else f"{v:.1f}")
+            else:
+                cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def with_ratios(records, base="sdpa", others=("torch_flash", "torch_cudnn")):
+    """Records with x_<backend> = base / backend added where both ran."""
+    out = []
+    for r in records:
+        r = dict(r)
+        for name in others:
+            if r.get(base) and r.get(name):
+                r["x_" + name.split("_", 1)[1]] = r[base] / r[name]
+        out.append(r)
+    return out
+
+
+if __name__ == "__main__":
+    # python3 bench/common.py <results.json>: re-render the markdown table beside it
+    import json as _json
+    doc = _json.load(open(sys.argv[1]))
+    cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
+            "torch_efficient", "x_flash", "x_cudnn"]
+    with open(sys.argv[1][:-5] + ".md", "w") as f:
+        f.write(f"# {doc['gpu']} {doc['date']} commit {doc['commit']}: TFLOP/s (bf16), "
+                f"x_* = sdpa / torch backend\n\n{markdown_table(with_ratios(doc['records']), cols)}\n")

@@ -36,7 +36,11 @@
  * the time at 128) with TRIM_M 64 and heaviest items first: 16 threads
  * non-causal 1055-1170 -> 1115-1235, causal 917-950 -> 983-1040 GFLOP/s
  * (a slower host than above; one EPYC core: 83 -> 87 and 77 -> 80). */
-enum { BLOCK_M = 256, BLOCK_N = 512, TRIM_M = 64 };
+/* Build-time override for tuning runs only (affects speed, never results). */
+#ifndef SDPA_CPU_BLOCK_M
+#define SDPA_CPU_BLOCK_M 256
+#endif
+enum { BLOCK_M = SDPA_CPU_BLOCK_M, BLOCK_N = 512, TRIM_M = 64 };
 
 typedef struct fwd_ctx {
   const sdpa_problem *p;
