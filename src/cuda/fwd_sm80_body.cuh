@@ -65,6 +65,7 @@
 #define SDPA_DT_IS_BF16_BF16 1
 #define SDPA_DT_IS_BF16_F16 0
 #define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
+#define SDPA_KERNEL_DROP SDPA_PASTE(SDPA_KERNEL_NAME, _drop_kernel)
 #define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_RUN_FULL SDPA_PASTE(SDPA_KERNEL_NAME, _full_run)
 
@@ -302,33 +303,54 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
   }
 }
 
-/* The two dropout decisions (keys 2t, 2t+1 of the 8-key group at n8) of row i. */
-__device__ __forceinline__ uint32_t drop_word(const sdpa_problem *p, uint32_t bh, int i, int n8,
-                                              int t) {
-  sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)i, (uint32_t)n8);
-  return t == 0 ? r.x[0] : t == 1 ? r.x[1] : t == 2 ? r.x[2] : r.x[3];
+/* v[i] <- v[i ^ t] for t = 0..3 (a runtime index): two layers of selects,
+ * since registers cannot be indexed. */
+__device__ __forceinline__ void quad_permute(uint32_t v[4], int t) {
+  const int t1 = t & 1, t2 = t & 2;
+  uint32_t y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) y[i] = t1 ? v[i ^ 1] : v[i];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = t2 ? y[i ^ 2] : y[i];
 }
 
-__device__ __forceinline__ void apply_dropout(float (*s)[NT][4], const sdpa_problem *p,
-                                              const fwd_rows *rw, uint32_t bh, int n0, int t,
-                                              int negate) {
+/* Dropout on n8 tiles (2 ps, 2 ps + 1) of m16 tile mt of the tile at key
+ * n0 (negate: flip the sign of dropped values, the probs pass's marking,
+ * instead of zeroing them). In the m16n8 layout the four lanes of a quad
+ * share a row and an 8-key block: here the quad needs four Philox calls,
+ * rows (r, r + 8) x the two blocks, and every lane needs word t (keys 2t,
+ * 2t + 1) of each. So lane t evaluates call c = t only (hf = c >> 1, n8
+ * tile 2 ps + (c & 1)), and in exchange round k = 1..3 sends word t ^ k of
+ * it to lane t ^ k, receiving word t of call t ^ k: one call a lane instead
+ * of four, for 3 shuffles and 16 selects (2026-11-21: the four-fold
+ * redundant form ran at 0.22x-0.39x of the p = 0 speed). The drop is a
+ * select on P. */
+__device__ __forceinline__ void dropout_pair(float (*s)[NT][4], const sdpa_problem *p,
+                                             const fwd_rows *rw, uint32_t bh, int n0, int t,
+                                             int mt, int ps, int negate) {
+  const uint32_t thr = p->drop_threshold;
+  const int i = row_i(rw, mt, t >> 1);
+  const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)i,
+                                         (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
+  uint32_t w[4] = {r.x[0], r.x[1], r.x[2], r.x[3]};
+  quad_permute(w, t); /* w[k] = word t ^ k: what lane t ^ k needs */
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int k = 1; k < 4; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], k);
+  quad_permute(w, t); /* w[c] = word t of call c */
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        uint32_t w = drop_word(p, bh, row_i(rw, mt, hf), (n0 >> 3) + nt, t);
-        float *x = &s[mt][nt][2 * hf];
-        if ((w & 0xffffu) < p->drop_threshold) x[0] = negate ? -x[0] : 0.f;
-        if ((w >> 16) < p->drop_threshold) x[1] = negate ? -x[1] : 0.f;
-      }
+  for (int c = 0; c < 4; ++c) {
+    float *x = &s[mt][2 * ps + (c & 1)][2 * (c >> 1)];
+    const int d0 = (w[c] & 0xffffu) < thr, d1 = (w[c] >> 16) < thr;
+    x[0] = d0 ? (negate ? -x[0] : 0.f) : x[0];
+    x[1] = d1 ? (negate ? -x[1] : 0.f) : x[1];
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+/* The kernel body; drop (a literal at each call) compiles dropout in or out,
+ * so the kernels without it keep their registers (see the kernels below). */
+__device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int drop) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const sdpa_problem *p = &prm.p;
+  const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   /* heavier (later, causal) query blocks first */
@@ -338,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const int m0 = m_block * BM;
   if (m0 >= sq) return;
   const int sk = (int)sdpa_seq_len_k(p, b);
-  const int hk = hh / prm.h_per_hk;
+  const int hk = hh / prm->h_per_hk;
   const int d = (int)p->d;
   const uint32_t bh = (uint32_t)(b * p->h + hh);
 
@@ -367,7 +389,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   rw.sk = sk;
   const int alibi_off = sk - sq;
   const float slope2 =
-      prm.has_alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
+      prm->has_alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
 
   /* per-lane ldmatrix rows and their swizzle keys */
   const int q_row = warp * MW + (lane & 15), q_hi = lane >> 4;
@@ -441,11 +463,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
     const int full = n0 >= lo1 && n0 + BN <= hi0;
-    finish_scores(s, &prm, &rw, n0, t, !full, slope2, alibi_off);
+    finish_scores(s, prm, &rw, n0, t, !full, slope2, alibi_off);
 
     /* online softmax: p = 2^(s * exp_mul - max * exp_mul), one FFMA + ex2;
      * O is rescaled only when some row max of the warp moved */
-    const float xm = prm.exp_mul;
+    const float xm = prm->exp_mul;
     float corr[MT][2];
     int moved = 0;
 #pragma unroll
@@ -481,13 +503,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
           for (int e = 0; e < 4; ++e) o[mt][dt][e] *= corr[mt][e >> 1];
     }
-    if (FULL && prm.has_dropout) apply_dropout(s, p, &rw, bh, n0, t, 0);
-
+    /* P as the A operand of P V, dropout (when compiled in) per n8 pair */
     uint32_t pa[MT][PS][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int ps = 0; ps < PS; ++ps) {
+        if (drop && prm->has_dropout) dropout_pair(s, p, &rw, bh, n0, t, mt, ps, 0);
         pa[mt][ps][0] = SDPA_PACK(s[mt][2 * ps][0], s[mt][2 * ps][1]);
         pa[mt][ps][1] = SDPA_PACK(s[mt][2 * ps][2], s[mt][2 * ps][3]);
         pa[mt][ps][2] = SDPA_PACK(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
@@ -539,7 +561,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     for (int hf = 0; hf < 2; ++hf) {
       float l = quad_sum(row_sum[mt][hf]);
       row_sum[mt][hf] = l;
-      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * prm.exp_mul + log2f(l) : INFINITY;
+      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * prm->exp_mul + log2f(l) : INFINITY;
     }
 
   if (p->lse && t == 0) {
@@ -564,15 +586,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       __syncthreads();
       float s[MT][NT][4];
       gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
-      finish_scores(s, &prm, &rw, n0, t, 1, slope2, alibi_off);
+      finish_scores(s, prm, &rw, n0, t, 1, slope2, alibi_off);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm.exp_mul, -lse2[mt][e >> 1]));
-      if (prm.has_dropout) apply_dropout(s, p, &rw, bh, n0, t, 1);
+            s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm->exp_mul, -lse2[mt][e >> 1]));
+      if (drop && prm->has_dropout)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int ps = 0; ps < NT / 2; ++ps) dropout_pair(s, p, &rw, bh, n0, t, mt, ps, 1);
       unsigned char *pb = (unsigned char *)p->probs;
       const int fsz = p->probs_dtype == SDPA_DTYPE_F32 ? 4 : 2;
 #pragma unroll
@@ -601,7 +627,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const float l = row_sum[mt][hf];
-      const float inv = l > 0.f ? prm.out_scale / l : 0.f;
+      const float inv = l > 0.f ? prm->out_scale / l : 0.f;
       const int r = warp * MW + mt * 16 + hf * 8 + g;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
@@ -629,6 +655,22 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   }
 }
 
+/* The fast variant has two kernels: without dropout (the registers of the
+ * p = 0 path stay as they were) and with it (the same tiles: the Philox
+ * calls, one a lane per quad and n8 pair, fit beside 32 rows of
+ * accumulators). The full variant (return_probs) has one, dropout in. */
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+  fwd_body(&prm, FULL);
+}
+
+#if !SDPA_FULL
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+    SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+  fwd_body(&prm, 1);
+}
+#endif
+
 /* ---- host launch -------------------------------------------------------------- */
 
 #if !SDPA_FULL
@@ -638,7 +680,8 @@ extern "C" sdpa_status SDPA_RUN_FULL(const sdpa_problem *p, const sdpa_kernel_ro
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
 #if !SDPA_FULL
-  if (p->dropout_p > 0.f || p->probs) return SDPA_RUN_FULL(p, row);
+  static unsigned char smem_set_drop[64];
+  if (p->probs) return SDPA_RUN_FULL(p, row);
 #endif
   (void)row;
   if (p->d > HD || p->d != p->d_v)
@@ -668,10 +711,19 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
 
-  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
-                                  SDPA_STR(SDPA_KERNEL_NAME)));
   dim3 grid((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
-  SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
+#if !SDPA_FULL
+  if (prm.has_dropout) {
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL_DROP, (int)SMEM_BYTES, smem_set_drop,
+                                    SDPA_STR(SDPA_KERNEL_NAME)));
+    SDPA_KERNEL_DROP<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
+  } else
+#endif
+  {
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
+                                    SDPA_STR(SDPA_KERNEL_NAME)));
+    SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
@@ -683,6 +735,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_PACK
 #undef SDPA_CVT
 #undef SDPA_KERNEL
+#undef SDPA_KERNEL_DROP
 #undef SDPA_RUN
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL

@@ -26,6 +26,10 @@ def _lib_or_skip():
     try:
         sdpa.version()
     except OSError as e:
+        # A library named explicitly (CTest sets SDPA_LIBRARY) that does not load is a
+        # failure, never a skip: otherwise a broken build would pass as "all skipped".
+        if os.environ.get("SDPA_LIBRARY"):
+            pytest.fail("SDPA_LIBRARY=%s does not load: %s" % (os.environ["SDPA_LIBRARY"], e))
         pytest.skip("libsdpa not loadable: %s" % e)
 
 

@@ -10,6 +10,8 @@ the library's message, so the report lists what is missing without failing."""
 import functools
 import math
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -24,8 +26,15 @@ def _cuda_ok():
         return False, "no CUDA device"
     try:
         if not sdpa.cuda_available():
+            # CTest sets SDPA_REQUIRE_CUDA=1 for a CUDA build: with a GPU present,
+            # a library that cannot use it must fail the suite, not skip it.
+            if os.environ.get("SDPA_REQUIRE_CUDA") == "1":
+                raise RuntimeError("SDPA_REQUIRE_CUDA=1 but libsdpa (%s) has no usable CUDA backend"
+                                   % sdpa.library_path())
             return False, "libsdpa has no CUDA backend (or sees no device)"
     except OSError as e:
+        if os.environ.get("SDPA_LIBRARY"):
+            raise
         return False, "libsdpa not loadable: %s" % e
     return True, ""
 
