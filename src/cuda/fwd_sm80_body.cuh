@@ -6,14 +6,15 @@
  *   SDPA_DTYPE        BF16 or F16
  *   SDPA_HDIM         head-dim bucket (padded tile width, multiple of 16, <= 256)
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
- *   SDPA_FULL         0: the fast variant (no dropout, no return_probs);
- *                     1: the variant with them (name suffixed _full), with
- *                     16 rows per warp and smaller key tiles, since Philox and
- *                     the probs pass do not fit beside the accumulators
- *                     without spilling. The fast variant's run function
- *                     forwards problems with dropout or probs to it.
+ *   SDPA_FULL         0: the fast variant: two kernels, without dropout and
+ *                     with it (_drop_kernel), same tiles;
+ *                     1: the return_probs variant (name suffixed _full, with
+ *                     dropout compiled in), with 16 rows per warp and smaller
+ *                     key tiles, since the probs pass does not fit beside the
+ *                     accumulators without spilling. The fast variant's run
+ *                     function forwards problems with probs to it.
  * and includes this file, which defines
- *   __global__ SDPA_KERNEL_NAME##_kernel(params)
+ *   __global__ SDPA_KERNEL_NAME##_kernel(params) (and ##_drop_kernel when fast)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
@@ -33,8 +34,9 @@
  *
  * Per element the score is (sdpa.h's contract): s = scale * q.k; softcap c:
  * c * tanh(s / c); minus alibi slope * |i + s_k - s_q - j|; masked -> -inf.
- * Dropout (philox.h) zeroes P for the P V product after the row sum, and the
- * output is scaled by 1/(1-p) with 1/l at the end. return_probs is a second
+ * Dropout (philox.h) zeroes P for the P V product after the row sum (each
+ * Philox call evaluated once per warp, before the tile's Q K^T: drop_mask),
+ * and the output is scaled by 1/(1-p) with 1/l at the end. return_probs is a second
  * pass over every key tile once the row's lse is final.
  */
 #include <math.h>
@@ -81,10 +83,10 @@
 
 /* ---- geometry ---------------------------------------------------------------- */
 enum {
-  FULL = SDPA_FULL,          /* dropout and return_probs compiled in */
+  FULL = SDPA_FULL,          /* return_probs (and dropout) compiled in */
   HD = SDPA_HDIM,            /* padded head dim of the tiles */
   /* query rows per block, keys per tile; the full variant takes 16 rows per
-   * warp and at most 64 keys (32 above d = 128) so Philox fits */
+   * warp and at most 64 keys (32 above d = 128) so the probs pass fits */
   BM = FULL ? 16 * SDPA_WARPS : SDPA_BLOCK_M,
   BN_FULL = SDPA_HDIM > 128 ? 32 : 64,
   BN = (FULL && SDPA_BLOCK_N > BN_FULL) ? BN_FULL : SDPA_BLOCK_N,
@@ -303,47 +305,54 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
   }
 }
 
-/* v[i] <- v[i ^ t] for t = 0..3 (a runtime index): two layers of selects,
- * since registers cannot be indexed. */
-__device__ __forceinline__ void quad_permute(uint32_t v[4], int t) {
-  const int t1 = t & 1, t2 = t & 2;
-  uint32_t y[4];
+/* Dropout bits of the tile at key n0. In the m16n8 layout the four lanes of
+ * a quad share a row and an 8-key block: for n8 tiles (2 ps, 2 ps + 1) of
+ * m16 tile mt the quad needs four Philox calls, rows (r, r + 8) x the two
+ * blocks, and lane t needs fields 2t, 2t + 1 of each. So lane t evaluates
+ * call c = t only (hf = c >> 1, n8 tile 2 ps + (c & 1)) as eight drop bits,
+ * the quad gathers the four bytes by two shuffles, and lane t keeps bits
+ * 2t, 2t + 1 of each: one call a lane instead of four (2026-11-21: the
+ * four-fold redundant form ran at 0.22x-0.39x of the p = 0 speed). Bit
+ * 8c + 2 (ps & 3) + e of dm[mt][ps / 4] drops key 2t + e of call c. The
+ * calls depend on no score, so the main loop makes a tile's before its
+ * Q K^T, where the integer work can issue beside the tensor cores (the
+ * probs pass after it: registers). */
+enum { DW = (PS + 3) / 4 }; /* drop-bit words per m16 tile */
+
+__device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
+                                          const fwd_rows *rw, uint32_t bh, int n0, int t) {
+  const uint32_t thr = p->drop_threshold;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) y[i] = t1 ? v[i ^ 1] : v[i];
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = t2 ? y[i ^ 2] : y[i];
+    for (int ps = 0; ps < PS; ++ps) {
+      const sdpa_u32x4 r =
+          sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t >> 1),
+                            (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
+      uint32_t own = 0; /* bit f: key f of the block dropped */
+#pragma unroll
+      for (int f = 0; f < 8; ++f)
+        own |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) < thr) << f;
+      uint32_t all = own << (8 * t); /* byte c: call c */
+      all |= __shfl_xor_sync(0xffffffffu, all, 1);
+      all |= __shfl_xor_sync(0xffffffffu, all, 2);
+      const uint32_t mine = ((all >> (2 * t)) & 0x03030303u) << (2 * (ps & 3));
+      dm[mt][ps >> 2] = (ps & 3) ? dm[mt][ps >> 2] | mine : mine;
+    }
 }
 
-/* Dropout on n8 tiles (2 ps, 2 ps + 1) of m16 tile mt of the tile at key
- * n0 (negate: flip the sign of dropped values, the probs pass's marking,
- * instead of zeroing them). In the m16n8 layout the four lanes of a quad
- * share a row and an 8-key block: here the quad needs four Philox calls,
- * rows (r, r + 8) x the two blocks, and every lane needs word t (keys 2t,
- * 2t + 1) of each. So lane t evaluates call c = t only (hf = c >> 1, n8
- * tile 2 ps + (c & 1)), and in exchange round k = 1..3 sends word t ^ k of
- * it to lane t ^ k, receiving word t of call t ^ k: one call a lane instead
- * of four, for 3 shuffles and 16 selects (2026-11-21: the four-fold
- * redundant form ran at 0.22x-0.39x of the p = 0 speed). The drop is a
- * select on P. */
-__device__ __forceinline__ void dropout_pair(float (*s)[NT][4], const sdpa_problem *p,
-                                             const fwd_rows *rw, uint32_t bh, int n0, int t,
-                                             int mt, int ps, int negate) {
-  const uint32_t thr = p->drop_threshold;
-  const int i = row_i(rw, mt, t >> 1);
-  const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)i,
-                                         (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
-  uint32_t w[4] = {r.x[0], r.x[1], r.x[2], r.x[3]};
-  quad_permute(w, t); /* w[k] = word t ^ k: what lane t ^ k needs */
+/* Zeroes (negate: flips the sign of, the probs pass's marking) the dropped
+ * elements of n8 tiles (2 ps, 2 ps + 1) of m16 tile mt: a select on P. */
+__device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,
+                                           int ps, int negate) {
 #pragma unroll
-  for (int k = 1; k < 4; ++k) w[k] = __shfl_xor_sync(0xffffffffu, w[k], k);
-  quad_permute(w, t); /* w[c] = word t of call c */
+  for (int c = 0; c < 4; ++c)
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    float *x = &s[mt][2 * ps + (c & 1)][2 * (c >> 1)];
-    const int d0 = (w[c] & 0xffffu) < thr, d1 = (w[c] >> 16) < thr;
-    x[0] = d0 ? (negate ? -x[0] : 0.f) : x[0];
-    x[1] = d1 ? (negate ? -x[1] : 0.f) : x[1];
-  }
+    for (int e = 0; e < 2; ++e) {
+      float *x = &s[mt][2 * ps + (c & 1)][2 * (c >> 1) + e];
+      const int dropped = (dm[mt][ps >> 2] >> (8 * c + 2 * (ps & 3) + e)) & 1u;
+      *x = dropped ? (negate ? -*x : 0.f) : *x;
+    }
 }
 
 /* The kernel body; drop (a literal at each call) compiles dropout in or out,
@@ -460,6 +469,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
       cp_async_commit();
     }
 
+    uint32_t dm[MT][DW];
+    if (drop && prm->has_dropout) drop_mask(dm, p, &rw, bh, n0, t);
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
     const int full = n0 >= lo1 && n0 + BN <= hi0;
@@ -509,7 +520,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int ps = 0; ps < PS; ++ps) {
-        if (drop && prm->has_dropout) dropout_pair(s, p, &rw, bh, n0, t, mt, ps, 0);
+        if (drop && prm->has_dropout) drop_apply(s, dm, mt, ps, 0);
         pa[mt][ps][0] = SDPA_PACK(s[mt][2 * ps][0], s[mt][2 * ps][1]);
         pa[mt][ps][1] = SDPA_PACK(s[mt][2 * ps][2], s[mt][2 * ps][3]);
         pa[mt][ps][2] = SDPA_PACK(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
@@ -594,11 +605,13 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm->exp_mul, -lse2[mt][e >> 1]));
+      uint32_t dm[MT][DW];
+      if (drop && prm->has_dropout) drop_mask(dm, p, &rw, bh, n0, t);
       if (drop && prm->has_dropout)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int ps = 0; ps < NT / 2; ++ps) dropout_pair(s, p, &rw, bh, n0, t, mt, ps, 1);
+          for (int ps = 0; ps < PS; ++ps) drop_apply(s, dm, mt, ps, 1);
       unsigned char *pb = (unsigned char *)p->probs;
       const int fsz = p->probs_dtype == SDPA_DTYPE_F32 ? 4 : 2;
 #pragma unroll

@@ -9,7 +9,7 @@
  *   };
  *
  * `variant` is left 0: no kernel reads it (a forward row's run function picks
- * its _full instance itself when the problem has dropout or return_probs).
+ * its drop kernel for dropout and its _full instance for return_probs itself).
  */
 #define SDPA_DT_F16_ SDPA_DT_F16
 #define SDPA_DT_BF16_ SDPA_DT_BF16

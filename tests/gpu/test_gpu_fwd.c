@@ -502,7 +502,7 @@ int main(int argc, char **argv) {
 
   if (small) {
     /* every kernel instance once: each bucket and dtype, fast (causal, off
-     * the tile grid) and full (dropout + probs) variants */
+     * the tile grid), fast with dropout, and full (dropout + probs) variants */
     const int64_t ds[8] = {32, 64, 96, 128, 160, 192, 224, 256};
     for (int k = 0; k < 16; ++k) {
       c = base_case("small", dts[k / 8], 1, 2, 1, 70, 150, ds[k % 8]);
@@ -510,6 +510,7 @@ int main(int argc, char **argv) {
       c.compare_cpu = 0;
       run_case(&c);
       c.dropout = 0.17f;
+      run_case(&c);
       c.probs = 1;
       c.causal = 0;
       c.wl = 20;
@@ -606,6 +607,17 @@ int main(int argc, char **argv) {
   c = base_case("dropout only", SDPA_DTYPE_F16, 2, 4, 2, 200, 300, 128);
   c.dropout = 0.17f;
   run_case(&c);
+  /* dropout without probs runs the fast instances' drop kernels: out against
+   * the oracle (which applies the exact mask) in every bucket and dtype */
+  {
+    const int64_t ds[8] = {32, 64, 96, 128, 160, 192, 224, 256};
+    for (int k = 0; k < 16; ++k) {
+      c = base_case("dropout only, every bucket", dts[k / 8], 1, 2, 1, 77, 201, ds[k % 8]);
+      c.dropout = 0.17f;
+      c.causal = k % 2;
+      run_case(&c);
+    }
+  }
   c = base_case("probs no dropout, window", SDPA_DTYPE_F16, 1, 2, 2, 130, 300, 64);
   c.probs = 1;
   c.wl = 50;
