@@ -33,7 +33,13 @@
  * Head dims below the bucket are zero-filled by cp.async (src-size).
  *
  * Per element the score is (sdpa.h's contract): s = scale * q.k; softcap c:
- * c * tanh(s / c); minus alibi slope * |i + s_k - s_q - j|; masked -> -inf.
+ * c * tanh(s / c); plus bias[b, h, i, j]; minus alibi slope * |i + s_k - s_q - j|;
+ * masked -> -inf. The bias (fold off) is added in finish_scores: the fast
+ * kernels stage each [BM, BN] bias tile in shared memory by cp.async beside
+ * the K tile (bias_tile; reading it straight from global memory into
+ * registers spilled 12 to 196 bytes at d = 128, where the kernel uses all
+ * 255 registers), the full kernels (16 rows a warp: room) read it from global
+ * memory (add_bias).
  * Dropout (philox.h) zeroes P for the P V product after the row sum (each
  * Philox call evaluated once per warp, before the tile's Q K^T: drop_mask),
  * and the output is scaled by 1/(1-p) with 1/l at the end. return_probs is a second
@@ -68,6 +74,7 @@
 #define SDPA_DT_IS_BF16_F16 0
 #define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
 #define SDPA_KERNEL_DROP SDPA_PASTE(SDPA_KERNEL_NAME, _drop_kernel)
+#define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
 #define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_RUN_FULL SDPA_PASTE(SDPA_KERNEL_NAME, _full_run)
 
@@ -75,10 +82,14 @@
 #define SDPA_MMA mma_m16n8k16_bf16
 #define SDPA_PACK pack_bf16x2
 #define SDPA_CVT cvt_bf16
+#define SDPA_LO fwd_bf16_lo
+#define SDPA_HI fwd_bf16_hi
 #else
 #define SDPA_MMA mma_m16n8k16_f16
 #define SDPA_PACK pack_f16x2
 #define SDPA_CVT cvt_f16
+#define SDPA_LO fwd_f16_lo
+#define SDPA_HI fwd_f16_hi
 #endif
 
 /* ---- geometry ---------------------------------------------------------------- */
@@ -115,8 +126,13 @@ enum {
    * default: on H200 (2026-11-21) it spilled 88 bytes at d = 128 and ran 3%
    * slower there (330 vs 341 TFLOP/s, bf16 s = 4096), no faster elsewhere. */
   STAGES = (SMEM_Q + 4 * SMEM_KV <= 113 * 1024 && SDPA_FWD_STAGES_MAX >= 2) ? 2 : 1,
-  STAGE_BYTES = 2 * SMEM_KV, /* layout: Q | K0 V0 | K1 V1 */
-  SMEM_BYTES = SMEM_Q + STAGES * STAGE_BYTES
+  STAGE_BYTES = 2 * SMEM_KV, /* layout: Q | K0 V0 | K1 V1 | bias tile */
+  SMEM_BYTES = SMEM_Q + STAGES * STAGE_BYTES,
+  /* the bias tile in shared memory (fast kernels, one stage): BM rows of BN
+   * keys padded by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
+  BIAS_SMEM = !FULL && STAGES == 1,
+  BROW = BN + 8,
+  SMEM_BIAS = BIAS_SMEM ? BM * BROW * 2 : 0
 };
 
 static_assert(HD % 16 == 0 && HD <= 256, "head-dim bucket must be a multiple of 16, <= 256");
@@ -255,12 +271,88 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
   }
 }
 
-/* Scores of the tile at key n0 to the exp2 domain: scale or softcap, alibi,
- * and (when mask) -inf outside each row's visible range. */
+/* ---- bias -------------------------------------------------------------------
+ * Bias only comes with the dense layout: s_q is the sequence length and
+ * blockIdx.(z, y) = (b, h); keys are contiguous (validation makes bias_sk 1,
+ * the run function checks). Keys j >= s_k and rows i >= s_q are not read
+ * (+0: masked to -inf, or never stored). A -inf bias stays -inf through the
+ * exp2 domain: a row with no finite score takes the fully-masked path (out 0,
+ * lse +inf). */
+
+/* cp.async of the [BM, BN] bias tile at (m0, n0) into sb (rows BROW apart).
+ * The host routes bias rows or bases not 16-byte aligned, and s_k % 8 != 0,
+ * to the full kernels: every chunk is whole or absent (a cp.async with
+ * src-size < 16 at the end of the last row counts as a 16-byte read past the
+ * allocation for compute-sanitizer; plain loads for that chunk spilled). */
+__device__ __forceinline__ void bias_tile(uint32_t sb, const sdpa_problem *p, int m0, int n0,
+                                          int sq, int sk, int tid) {
+  enum { BCH = BN / 8 }; /* 16-byte chunks per bias row */
+  const int c = tid % BCH, r0 = tid / BCH;
+  const int key_ok = n0 + c * 8 < sk;
+  const uint16_t *g = (const uint16_t *)p->bias + blockIdx.z * p->bias_sb +
+                      blockIdx.y * p->bias_sh + (int64_t)(m0 + r0) * p->bias_sq + n0 + c * 8;
+  const int64_t step = (int64_t)(NTHREADS / BCH) * p->bias_sq;
+#pragma unroll 2
+  for (int it = 0; it < BM * BCH / NTHREADS; ++it) {
+    const int r = r0 + it * (NTHREADS / BCH);
+    const int ok = m0 + r < sq && key_ok;
+    cp_async_16(sb + (uint32_t)((r * BROW + c * 8) * 2), ok ? (const void *)(g + it * step) : p->bias,
+                ok ? 16 : 0);
+  }
+}
+
+/* s = smul * s + log2(e) * bias for this thread's fragment (rows i = row_i(mt, hf), keys
+ * j = n0 + nt * 8 + 2t and j + 1): from the shared tile sb (BIAS_SMEM), else
+ * from global memory, two 16-bit loads a pair. */
+__device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *p,
+                                         const fwd_rows *rw, int n0, int t, const uint32_t *sb,
+                                         float smul) {
+  if (BIAS_SMEM) {
+    const int r = ((int)threadIdx.x >> 5) * MW + (((int)threadIdx.x & 31) >> 2);
+    const uint32_t *a = sb + (r * BROW + 2 * t) / 2;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t w = a[((mt * 16 + hf * 8) * BROW + nt * 8) / 2];
+          s[mt][nt][2 * hf] = fmaf(s[mt][nt][2 * hf], smul, SDPA_LO(w) * SDPA_LOG2E);
+          s[mt][nt][2 * hf + 1] = fmaf(s[mt][nt][2 * hf + 1], smul, SDPA_HI(w) * SDPA_LOG2E);
+        }
+  } else {
+    const int jb = n0 + 2 * t;
+    const uint16_t *base =
+        (const uint16_t *)p->bias + blockIdx.z * p->bias_sb + blockIdx.y * p->bias_sh + jb;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = row_i(rw, mt, hf), ok = i < (int)p->s_q;
+        const uint16_t *r = base + (int64_t)i * p->bias_sq;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int j = jb + nt * 8;
+          uint32_t w = 0u;
+          if (ok && j < rw->sk) w = __ldg((const unsigned short *)(r + nt * 8));
+          if (ok && j + 1 < rw->sk)
+            w |= (uint32_t)__ldg((const unsigned short *)(r + nt * 8 + 1)) << 16;
+          s[mt][nt][2 * hf] = fmaf(s[mt][nt][2 * hf], smul, SDPA_LO(w) * SDPA_LOG2E);
+          s[mt][nt][2 * hf + 1] = fmaf(s[mt][nt][2 * hf + 1], smul, SDPA_HI(w) * SDPA_LOG2E);
+        }
+      }
+  }
+}
+
+/* Scores of the tile at key n0 to the exp2 domain: scale or softcap, bias,
+ * alibi, and (when mask) -inf outside each row's visible range. */
 __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
                                               const fwd_rows *rw, int n0, int t, int mask,
-                                              float slope2, int alibi_off) {
-  if (!prm->fold) { /* else the softmax folds score_mul into its FFMA (exp_mul) */
+                                              float slope2, int alibi_off, int bias,
+                                              const uint32_t *sb) {
+  /* without softcap the bias's FFMA applies score_mul */
+  const int bias_scales = bias && prm->has_bias && !prm->has_softcap;
+  if (!prm->fold && !bias_scales) { /* else the softmax folds score_mul into its FFMA (exp_mul) */
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -277,6 +369,7 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
         for (int e = 0; e < 4; ++e)
           s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e]) * prm->softcap_post;
   }
+  if (bias && prm->has_bias) add_bias(s, &prm->p, rw, n0, t, sb, bias_scales ? prm->score_mul : 1.f);
   if (prm->has_alibi) {
     const int db = n0 + 2 * t - rw->i0 - alibi_off;
 #pragma unroll
@@ -357,7 +450,7 @@ __device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*d
 
 /* The kernel body; drop (a literal at each call) compiles dropout in or out,
  * so the kernels without it keep their registers (see the kernels below). */
-__device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int drop) {
+__device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int drop, int bias) {
   extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -376,6 +469,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   const uint32_t s_q = smem_u32(smem);
   const uint32_t s_k = s_q + SMEM_Q;
   const uint32_t s_v = s_k + SMEM_KV;
+  const uint32_t s_b = s_q + SMEM_BYTES; /* the bias tile (BIAS_SMEM) */
 
   const uint16_t *qg = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh);
   const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset(p, p->k_st, b, 0, hk);
@@ -415,6 +509,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   cp_async_commit();
   if (n_begin < n_end) {
     load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid, p->k);
+    if (BIAS_SMEM && bias && prm->has_bias) bias_tile(s_b, p, m0, n_begin * BN, sq, sk, tid);
     cp_async_commit();
     if (STAGES == 2) {
       load_tile(s_v, vg + (int64_t)n_begin * BN * vss, vss, BN, sk - n_begin * BN, d, tid, p->v);
@@ -474,7 +569,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
     const int full = n0 >= lo1 && n0 + BN <= hi0;
-    finish_scores(s, prm, &rw, n0, t, !full, slope2, alibi_off);
+    finish_scores(s, prm, &rw, n0, t, !full, slope2, alibi_off, bias,
+                  (const uint32_t *)(smem + SMEM_BYTES));
 
     /* online softmax: p = 2^(s * exp_mul - max * exp_mul), one FFMA + ex2;
      * O is rescaled only when some row max of the warp moved */
@@ -541,8 +637,9 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     } else {
       cp_async_wait_all(); /* V tile n landed */
       __syncthreads();     /* ... for every thread; everyone is done with K tile n */
-      if (n + 1 < n_end) {
+      if (n + 1 < n_end) { /* with the bias tile of n+1: tile n's was read above */
         load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
+        if (BIAS_SMEM && bias && prm->has_bias) bias_tile(s_b, p, m0, n0 + BN, sq, sk, tid);
         cp_async_commit();
       }
     }
@@ -597,7 +694,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
       __syncthreads();
       float s[MT][NT][4];
       gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
-      finish_scores(s, prm, &rw, n0, t, 1, slope2, alibi_off);
+      finish_scores(s, prm, &rw, n0, t, 1, slope2, alibi_off, bias, NULL);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -668,19 +765,26 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   }
 }
 
-/* The fast variant has two kernels: without dropout (the registers of the
- * p = 0 path stay as they were) and with it (the same tiles: the Philox
- * calls, one a lane per quad and n8 pair, fit beside 32 rows of
- * accumulators). The full variant (return_probs) has one, dropout in. */
+/* The fast variant has three kernels: plain (its code and registers stay as
+ * they were before dropout and bias existed: a runtime bias branch cost it 4%
+ * at d = 128 on the H200, 2026-11-21), with dropout (the same tiles: the
+ * Philox calls, one a lane per quad and n8 pair, fit beside 32 rows of
+ * accumulators), and with bias (its tile through shared memory). The full
+ * variant (return_probs; dropout with bias) has one, everything in. */
 extern "C" __global__ void __launch_bounds__(NTHREADS)
     SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm80_params prm) {
-  fwd_body(&prm, FULL);
+  fwd_body(&prm, FULL, FULL);
 }
 
 #if !SDPA_FULL
 extern "C" __global__ void __launch_bounds__(NTHREADS)
     SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm80_params prm) {
-  fwd_body(&prm, 1);
+  fwd_body(&prm, 1, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+    SDPA_KERNEL_BIAS(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+  fwd_body(&prm, 0, 1);
 }
 #endif
 
@@ -694,12 +798,20 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
 #if !SDPA_FULL
   static unsigned char smem_set_drop[64];
-  if (p->probs) return SDPA_RUN_FULL(p, row);
+  static unsigned char smem_set_bias[64];
+  /* ... and a bias with dropout, or one whose rows cp.async cannot copy in
+   * whole 16-byte chunks */
+  if (p->probs || (p->bias && (p->dropout_p > 0.f || !BIAS_SMEM || ((uintptr_t)p->bias & 15u) != 0 ||
+                               (p->bias_sb | p->bias_sh | p->bias_sq | p->s_k) % 8 != 0)))
+    return SDPA_RUN_FULL(p, row);
 #endif
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+  if (p->bias && p->bias_sk != 1)
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: bias_sk = %lld, expected 1 (contiguous keys)",
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->bias_sk);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   const int64_t m_blocks = (p->s_q + BM - 1) / BM;
   if (m_blocks > 0x7fffffff || p->h > 65535 || p->b > 65535)
@@ -713,9 +825,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
   prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
-  /* without softcap and alibi, a positive multiplier commutes with the row
-   * max: scores stay raw and the softmax applies it in its FFMA */
-  prm.fold = !softcap && p->alibi == NULL && prm.score_mul > 0.f;
+  /* without softcap, bias and alibi, a positive multiplier commutes with the
+   * row max: scores stay raw and the softmax applies it in its FFMA */
+  prm.fold = !softcap && p->bias == NULL && p->alibi == NULL && prm.score_mul > 0.f;
   prm.exp_mul = prm.fold ? prm.score_mul : 1.f;
   prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
   prm.out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
@@ -723,10 +835,15 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
+  prm.has_bias = p->bias != NULL;
 
   dim3 grid((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
 #if !SDPA_FULL
-  if (prm.has_dropout) {
+  if (prm.has_bias) { /* never with dropout here: that went to the full variant */
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL_BIAS, (int)(SMEM_BYTES + SMEM_BIAS),
+                                    smem_set_bias, SDPA_STR(SDPA_KERNEL_NAME)));
+    SDPA_KERNEL_BIAS<<<grid, NTHREADS, SMEM_BYTES + SMEM_BIAS, (cudaStream_t)p->stream>>>(prm);
+  } else if (prm.has_dropout) {
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL_DROP, (int)SMEM_BYTES, smem_set_drop,
                                     SDPA_STR(SDPA_KERNEL_NAME)));
     SDPA_KERNEL_DROP<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
@@ -747,8 +864,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_MMA
 #undef SDPA_PACK
 #undef SDPA_CVT
+#undef SDPA_LO
+#undef SDPA_HI
 #undef SDPA_KERNEL
 #undef SDPA_KERNEL_DROP
+#undef SDPA_KERNEL_BIAS
 #undef SDPA_RUN
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL

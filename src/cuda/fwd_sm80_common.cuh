@@ -22,6 +22,7 @@ typedef struct sdpa_fwd_sm80_params {
   float out_scale;    /* 1 / (1 - dropout_p), or 1 */
   int h_per_hk;       /* h / h_k: query heads per kv head */
   int has_softcap, has_alibi, has_dropout;
+  int has_bias;       /* additive bias (p.bias; fold off): added in finish_scores */
 } sdpa_fwd_sm80_params;
 
 #define SDPA_LOG2E 1.4426950408889634f
@@ -41,6 +42,21 @@ __device__ __forceinline__ float fast_tanh_pre(float x) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(1.f + fast_exp2(x)));
   return 1.f - 2.f * r;
+}
+
+/* The two 16-bit halves of a bias word (lo = the lower address) to fp32.
+ * bf16: the top half of an fp32; f16: cvt (cuda_fp16.h is C++-only API). */
+__device__ __forceinline__ float fwd_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float fwd_bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float fwd_f16_lo(uint32_t w) {
+  float f;
+  asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(w));
+  return f;
+}
+__device__ __forceinline__ float fwd_f16_hi(uint32_t w) {
+  float f;
+  asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, h;\n}\n" : "=f"(f) : "r"(w));
+  return f;
 }
 
 /* max / sum over the 4 lanes of a quad (the lanes that share an mma row). */

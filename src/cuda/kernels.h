@@ -13,11 +13,14 @@
  * JIT-compiles forward: no upper bound (0 = unbounded in registry.c). */
 #define SDPA_CUDA_MAX_ARCH 0
 
-/* What every sm80 forward row supports (the rest: bias, d_v != d, KV cache,
- * forced split-KV, rows or bases not 16-byte aligned, are refused). */
+/* What every sm80 forward row supports (the rest: d_v != d, KV cache,
+ * forced split-KV, rows or bases not 16-byte aligned, are refused; a bias
+ * with rows not 16-byte aligned or s_k % 8 != 0 runs in the row's full
+ * kernel). */
 #define SDPA_FWD_SM80_FEATURES                                                           \
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
-   SDPA_FEAT_DROPOUT | SDPA_FEAT_PROBS | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+   SDPA_FEAT_DROPOUT | SDPA_FEAT_PROBS | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED |            \
+   SDPA_FEAT_BIAS)
 
 /* What every sm80 backward row supports (added by "cudabwd"; the rest:
  * bias / dbias, d_v != d, unaligned rows, are refused). */

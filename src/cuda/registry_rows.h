@@ -9,7 +9,8 @@
  *   };
  *
  * `variant` is left 0: no kernel reads it (a forward row's run function picks
- * its drop kernel for dropout and its _full instance for return_probs itself).
+ * its drop or bias kernel, or its _full instance for return_probs and for
+ * dropout with bias, itself).
  */
 #define SDPA_DT_F16_ SDPA_DT_F16
 #define SDPA_DT_BF16_ SDPA_DT_BF16

@@ -3,7 +3,9 @@
  * oracle and against the CPU backend on the same inputs: every head-dim
  * bucket (d = 1 .. 256) in f16 and bf16, GQA 1 / 2 / 8, lengths off the tile
  * grid (s = 1, s_q > s_k), causal in both alignments, windows, alibi [h] and
- * [b, h], softcap, varlen with an empty sequence and seqused_k, dropout with
+ * [b, h], softcap, an additive bias (full, broadcast over b / h / s_q, -inf
+ * entries and rows, rows not 16-byte aligned, with every other modifier),
+ * varlen with an empty sequence and seqused_k, dropout with
  * the probs sign pattern checked bit for bit against ref_dropped, padded
  * strides, fully masked rows, what the CUDA rows refuse (d != d_v, rows not
  * 16-byte aligned), and one CUDA-graph capture on a non-default stream.
@@ -111,6 +113,10 @@ typedef struct gcase {
   int varlen;     /* cu_seqlens with an empty sequence, seqused_k on the last */
   int64_t pad;    /* extra elements (multiple of 8) on every stride */
   int compare_cpu;
+  int bias;        /* 1: bias [b|1, h|1, s_q|1, s_k] */
+  int bias_bc;     /* broadcast dims: 1 over b, 2 over h, 4 over s_q */
+  int bias_inf;    /* ~10% of the entries -inf, and row 0 of (b, h) = (0, 0) all -inf */
+  int bias_packed; /* rows s_k apart (not 16-byte aligned when s_k % 8 != 0) */
 } gcase;
 
 static gcase base_case(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
@@ -131,7 +137,7 @@ static gcase base_case(const char *name, sdpa_dtype dt, int64_t b, int64_t h, in
 }
 
 typedef struct gbufs {
-  dual q, k, v, out, lse, probs, alibi, cu_q, cu_k, used;
+  dual q, k, v, out, lse, probs, alibi, cu_q, cu_k, used, bias;
   sdpa_fwd_desc host, dev; /* same problem: host pointers (oracle, CPU) / device pointers */
 } gbufs;
 
@@ -205,6 +211,20 @@ static void build(const gcase *c, gbufs *f) {
     test_fill_uniform(&f->alibi.h, &rng, 0.0, 0.5);
     a->alibi_slopes = f->alibi.h;
   }
+  if (c->bias) {
+    int64_t sb[4] = {c->bias_bc & 1 ? 1 : c->b, c->bias_bc & 2 ? 1 : c->h,
+                     c->bias_bc & 4 ? 1 : c->s_q, c->s_k};
+    f->bias = dual_alloc(c->dtype, 4, sb, c->pad);
+    if (c->bias_packed)
+      for (int64_t k = 3, st = 1; k >= 0; st *= sb[k], --k)
+        f->bias.h.stride[k] = f->bias.d.stride[k] = st;
+    test_fill_normal(&f->bias.h, &rng, 2.0);
+    if (c->bias_inf) {
+      for (int64_t e = 0; e < test_numel(&f->bias.h); ++e)
+        if (e < c->s_k || test_rng_int(&rng, 0, 9) == 0) test_set(&f->bias.h, e, -INFINITY);
+    }
+    a->bias = f->bias.h;
+  }
   a->dropout_p = c->dropout;
   a->dropout_seed = 0x1234567890abcdefull ^ test_rng_u64(&rng);
   a->dropout_offset = (uint32_t)test_rng_u64(&rng);
@@ -215,8 +235,9 @@ static void build(const gcase *c, gbufs *f) {
   }
   /* device side: same descriptor, device pointers, everything uploaded
    * (outputs poisoned) */
-  dual *all[10] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->probs, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
-  for (int k = 0; k < 10; ++k) dual_upload(all[k]);
+  dual *all[11] = {&f->q,     &f->k,    &f->v,    &f->out,  &f->lse, &f->probs,
+                   &f->alibi, &f->cu_q, &f->cu_k, &f->used, &f->bias};
+  for (int k = 0; k < 11; ++k) dual_upload(all[k]);
   f->dev = f->host;
   sdpa_attn *ad = &f->dev.attn;
   ad->device = SDPA_DEVICE_CUDA;
@@ -226,6 +247,7 @@ static void build(const gcase *c, gbufs *f) {
   f->dev.out = f->out.d;
   f->dev.lse = f->lse.d;
   if (c->alibi) ad->alibi_slopes = f->alibi.d;
+  if (c->bias) ad->bias = f->bias.d;
   if (c->probs) f->dev.probs = f->probs.d;
   if (c->varlen) {
     ad->cu_seqlens_q = f->cu_q.d;
@@ -235,8 +257,9 @@ static void build(const gcase *c, gbufs *f) {
 }
 
 static void release(gbufs *f) {
-  dual *all[10] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->probs, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
-  for (int k = 0; k < 10; ++k) dual_free(all[k]);
+  dual *all[11] = {&f->q,     &f->k,    &f->v,    &f->out,  &f->lse, &f->probs,
+                   &f->alibi, &f->cu_q, &f->cu_k, &f->used, &f->bias};
+  for (int k = 0; k < 11; ++k) dual_free(all[k]);
 }
 
 static double lse_atol(const double *lse, int64_t n) {
@@ -323,6 +346,12 @@ static void run_case(const gcase *c) {
          (long long)c->s_k, (long long)c->d, c->varlen ? " varlen" : "", c->pad ? " padded" : "");
   gbufs f;
   build(c, &f);
+  if (c->bias) { /* the sm80 rows take bias problems (all of them: rows of any alignment) */
+    char buf[8192];
+    sdpa_status ex = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
+    TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm80", 18) == 0,
+                "%s: a bias problem should select an fwd_sm80 row:\n%s", c->name, buf);
+  }
   sdpa_status st = sdpa_fwd(&f.dev);
   cudaError_t ce = cudaDeviceSynchronize();
   if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd returned %s (%s), sync: %s",
@@ -517,6 +546,19 @@ int main(int argc, char **argv) {
       c.wr = 3;
       run_case(&c);
     }
+    /* bias: the fast kernels' shared tile and the full kernels' global loads
+     * (rows not 16-byte aligned, s_k % 8 != 0), -inf entries and rows */
+    for (int k = 0; k < 2; ++k) {
+      c = base_case("small bias", dts[k], 1, 2, 1, 70, 152, k ? 128 : 64);
+      c.causal = 1;
+      c.compare_cpu = 0;
+      c.bias = 1;
+      c.bias_inf = 1;
+      run_case(&c);
+      c.s_k = 147;
+      c.bias_packed = 1;
+      run_case(&c);
+    }
     return test_summary();
   }
 
@@ -590,6 +632,91 @@ int main(int argc, char **argv) {
   c.alibi = 1;
   c.wl = 50;
   c.wr = 0;
+  run_case(&c);
+
+  /* additive bias: every bucket the benchmark uses in both dtypes, off the
+   * tile grid (causal on a third), then broadcasts, -inf, and every modifier.
+   * s_k % 8 == 0 with 16-byte rows runs the fast kernels (shared bias tile);
+   * the rest the full kernels (global loads): both are covered. */
+  {
+    const int64_t bd[3] = {64, 128, 256};
+    for (int k = 0; k < 6; ++k) {
+      c = base_case("bias", dts[k % 2], 2, 4, 2, 77 + 13 * k, 200 + 8 * k, bd[k / 2]);
+      c.bias = 1;
+      c.causal = k % 3 == 1;
+      run_case(&c);
+    }
+  }
+  {
+    const int bcs[4] = {1, 2, 4, 7};
+    for (int k = 0; k < 4; ++k) {
+      c = base_case("bias broadcast", dts[k % 2], 2, 3, 3, 100, 152, k % 2 ? 128 : 64);
+      c.bias = 1;
+      c.bias_bc = bcs[k];
+      c.causal = k == 2;
+      run_case(&c);
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("bias -inf entries and row", dts[k], 2, 2, 1, 90, 264, k ? 128 : 64);
+    c.bias = 1;
+    c.bias_inf = 1;
+    c.causal = 1;
+    c.top_left = k;
+    run_case(&c);
+  }
+  c = base_case("bias -inf, broadcast over s_q (rows all -inf)", SDPA_DTYPE_BF16, 2, 2, 2, 70, 136, 128);
+  c.bias = 1;
+  c.bias_bc = 4;
+  c.bias_inf = 1;
+  run_case(&c);
+  c = base_case("bias + softcap", SDPA_DTYPE_F16, 2, 2, 2, 65, 200, 128);
+  c.bias = 1;
+  c.softcap = 5.0f;
+  c.scale = 0.5f;
+  run_case(&c);
+  c = base_case("bias + alibi + window", SDPA_DTYPE_BF16, 2, 4, 1, 129, 264, 64);
+  c.bias = 1;
+  c.alibi = 2;
+  c.wl = 50;
+  c.wr = 10;
+  run_case(&c);
+  c = base_case("bias + dropout", SDPA_DTYPE_BF16, 1, 2, 1, 77, 208, 128);
+  c.bias = 1;
+  c.dropout = 0.17f;
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("bias + dropout + probs", SDPA_DTYPE_F16, 2, 2, 1, 67, 270, 64);
+  c.bias = 1;
+  c.dropout = 0.17f;
+  c.probs = 1;
+  run_case(&c);
+  c = base_case("bias padded", SDPA_DTYPE_F16, 2, 4, 2, 70, 184, 256);
+  c.bias = 1;
+  c.pad = 8;
+  c.causal = 1;
+  run_case(&c);
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("bias rows not 16-byte aligned", dts[k], 2, 2, 1, 99, 203, k ? 128 : 256);
+    c.bias = 1;
+    c.bias_packed = 1;
+    c.bias_inf = k;
+    c.causal = 1;
+    run_case(&c);
+  }
+  c = base_case("bias s_k % 8 != 0", SDPA_DTYPE_BF16, 2, 2, 2, 100, 203, 64);
+  c.bias = 1;
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("bias s=1", SDPA_DTYPE_BF16, 3, 2, 1, 1, 1, 32);
+  c.bias = 1;
+  run_case(&c);
+  c = base_case("bias s_q > s_k", SDPA_DTYPE_F16, 2, 2, 1, 200, 72, 128);
+  c.bias = 1;
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("bias long", SDPA_DTYPE_F16, 1, 2, 2, 600, 1096, 128);
+  c.bias = 1;
   run_case(&c);
 
   /* dropout: exact mask through probs' sign pattern */
