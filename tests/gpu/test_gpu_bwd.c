@@ -27,71 +27,11 @@
 
 #include "backend.h"
 #include "common/harness.h"
+#include "gpu/gpu_common.h"
 #include "ref/ref.h"
 
 static test_rng rng;
 
-#define CUDA_OK(call)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
-
-/* ---- host tensor + device copy (same strides) ------------------------------------------ */
-typedef struct dual {
-  sdpa_tensor h, d;
-  size_t bytes;
-} dual;
-
-/* Row-major; with rows16 the last dim's stride is rounded up to 8 elements
- * (16-byte rows, as the CUDA rows need) and `pad` (multiple of 8) is added to
- * every stride; without it the tensor is contiguous. */
-static dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad) {
-  dual x;
-  memset(&x, 0, sizeof x);
-  sdpa_tensor *t = &x.h;
-  const size_t es = dt == SDPA_DTYPE_F32 || dt == SDPA_DTYPE_I32 ? 4 : 2;
-  t->dtype = dt;
-  t->rank = rank;
-  int64_t stride = 1, span = 1;
-  for (int k = rank - 1; k >= 0; --k) {
-    t->shape[k] = shape[k];
-    t->stride[k] = stride;
-    if (shape[k] == 0) span = 0;
-    if (span) span += (shape[k] - 1) * stride;
-    if (!rows16)
-      stride *= shape[k];
-    else if (k == rank - 1)
-      stride = (shape[k] + 7) / 8 * 8 + pad;
-    else
-      stride = stride * shape[k] + pad;
-  }
-  x.bytes = (size_t)span * es;
-  t->data = malloc(x.bytes ? x.bytes : 16);
-  test_poison(t);
-  x.d = *t;
-  CUDA_OK(cudaMalloc(&x.d.data, x.bytes ? x.bytes : 16));
-  return x;
-}
-
-static void up(dual *x) {
-  if (x->h.data && x->bytes) CUDA_OK(cudaMemcpy(x->d.data, x->h.data, x->bytes, cudaMemcpyHostToDevice));
-}
-
-static void down(dual *x) {
-  if (x->h.data && x->bytes) CUDA_OK(cudaMemcpy(x->h.data, x->d.data, x->bytes, cudaMemcpyDeviceToHost));
-}
-
-static void dual_free(dual *x) {
-  if (x->h.data) {
-    free(x->h.data);
-    CUDA_OK(cudaFree(x->d.data));
-  }
-  memset(x, 0, sizeof *x);
-}
 
 /* ---- cases --------------------------------------------------------------------------- */
 typedef struct bcase {
@@ -199,7 +139,7 @@ static int build(const bcase *c, bbufs *f) {
   f->host.dq = f->dq.h, f->host.dk = f->dk.h, f->host.dv = f->dv.h;
 
   dual *all[] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->dout, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
-  for (size_t n = 0; n < sizeof all / sizeof all[0]; ++n) up(all[n]);
+  for (size_t n = 0; n < sizeof all / sizeof all[0]; ++n) dual_upload(all[n]);
   f->dev = f->host;
   sdpa_attn *g = &f->dev.attn;
   g->device = SDPA_DEVICE_CUDA;
@@ -221,7 +161,7 @@ static void poison_grads(bbufs *f) {
   dual *g[3] = {&f->dq, &f->dk, &f->dv};
   for (int n = 0; n < 3; ++n) {
     test_poison(&g[n]->h);
-    up(g[n]);
+    dual_upload(g[n]);
   }
 }
 
@@ -269,7 +209,7 @@ static void run_case(const bcase *c, int det_runs) {
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd: %s: %s", c->name, sdpa_status_string(st),
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
-    down(&f.dq), down(&f.dk), down(&f.dv);
+    dual_download(&f.dq), dual_download(&f.dk), dual_download(&f.dv);
     check_grad(c->name, "dq", &f.dq.h, r[0][0], r[1][0]);
     check_grad(c->name, "dk", &f.dk.h, r[0][1], r[1][1]);
     check_grad(c->name, "dv", &f.dv.h, r[0][2], r[1][2]);
@@ -286,7 +226,7 @@ static void run_case(const bcase *c, int det_runs) {
         st = sdpa_bwd(&f.dev);
         TEST_EXPECT(st == SDPA_OK, "%s: deterministic run %d: %s", c->name, run, sdpa_last_error());
         for (int n = 0; n < 3; ++n) {
-          down(g[n]);
+          dual_download(g[n]);
           if (memcmp(first[n], g[n]->h.data, g[n]->bytes) != 0) same = 0;
         }
       }
@@ -344,7 +284,7 @@ static void run_graph(const bcase *c) {
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaStreamSynchronize(s));
-    down(&f.dq), down(&f.dk), down(&f.dv);
+    dual_download(&f.dq), dual_download(&f.dk), dual_download(&f.dv);
     check_grad(c->name, "graph dq", &f.dq.h, r[0][0], r[1][0]);
     check_grad(c->name, "graph dk", &f.dk.h, r[0][1], r[1][1]);
     check_grad(c->name, "graph dv", &f.dv.h, r[0][2], r[1][2]);

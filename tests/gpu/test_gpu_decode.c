@@ -24,18 +24,11 @@
 
 #include "backend.h"
 #include "common/harness.h"
+#include "gpu/gpu_common.h"
 #include "ref/ref.h"
 
 static test_rng rng;
 
-#define CUDA_OK(call)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
 
 /* ---- host tensors and their device twins (contiguous, same strides) ---------------- */
 

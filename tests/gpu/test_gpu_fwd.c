@@ -24,78 +24,19 @@
 
 #include "backend.h"
 #include "common/harness.h"
+#include "gpu/gpu_common.h"
 #include "ref/ref.h"
 
 static test_rng rng;
 
-#define CUDA_OK(call)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
-      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
 
 /* ---- tensors that live on both sides -------------------------------------------- */
 
-/* A host tensor (harness conventions: poisoned, any strides) and its device
- * copy of the same span and strides. */
-typedef struct dual {
-  sdpa_tensor h, d;
-  size_t bytes;
-} dual;
-
-static int64_t span_of(const sdpa_tensor *t) {
-  if (test_numel(t) == 0) return 0;
-  int64_t last = 0;
-  for (int k = 0; k < t->rank; ++k) last += (t->shape[k] - 1) * t->stride[k];
-  return last + 1;
-}
-
-/* Row-major with every stride a multiple of 8 elements (16-byte rows, as the
- * CUDA rows need): the last dim padded to a multiple of 8 plus `pad` (a
- * multiple of 8) more on every dim. Integer tensors are contiguous. */
-static dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int64_t pad) {
-  dual x;
-  memset(&x, 0, sizeof x);
-  sdpa_tensor *t = &x.h;
-  t->dtype = dt;
-  t->rank = rank;
-  int64_t stride = 1;
-  for (int k = rank - 1; k >= 0; --k) {
-    t->shape[k] = shape[k];
-    t->stride[k] = stride;
-    if (dt == SDPA_DTYPE_I32 || (dt == SDPA_DTYPE_F32 && pad < 0))
-      stride *= shape[k];
-    else if (k == rank - 1)
-      stride = (shape[k] + 7) / 8 * 8 + (pad > 0 ? pad : 0);
-    else
-      stride = stride * shape[k] + (pad > 0 ? pad : 0);
-  }
-  x.bytes = (size_t)span_of(t) * (dt == SDPA_DTYPE_I32 || dt == SDPA_DTYPE_F32 ? 4 : 2);
-  t->data = malloc(x.bytes ? x.bytes : 1);
-  test_poison(t);
-  x.d = *t;
-  CUDA_OK(cudaMalloc(&x.d.data, x.bytes ? x.bytes : 16));
-  return x;
-}
-
-static void dual_upload(dual *x) {
-  if (x->h.data && x->bytes) CUDA_OK(cudaMemcpy(x->d.data, x->h.data, x->bytes, cudaMemcpyHostToDevice));
-}
-
-static void dual_download(dual *x) {
-  if (x->h.data && x->bytes)
-    CUDA_OK(cudaMemcpy(x->h.data, x->d.data, x->bytes, cudaMemcpyDeviceToHost));
-}
-
-static void dual_free(dual *x) {
-  if (x->h.data) {
-    free(x->h.data);
-    CUDA_OK(cudaFree(x->d.data));
-  }
-  memset(x, 0, sizeof *x);
+/* Index tensors and f32 side tensors (pad < 0) contiguous; the rest with
+ * 16-byte rows plus `pad` (a multiple of 8) on every stride. */
+static dual alloc_rows16(sdpa_dtype dt, int rank, const int64_t *shape, int64_t pad) {
+  const int rows16 = !(dt == SDPA_DTYPE_I32 || (dt == SDPA_DTYPE_F32 && pad < 0));
+  return dual_alloc(dt, rank, shape, rows16, pad > 0 ? pad : 0);
 }
 
 /* ---- cases --------------------------------------------------------------------------- */
@@ -148,9 +89,9 @@ static void build(const gcase *c, gbufs *f) {
   a->device = SDPA_DEVICE_CPU;
   if (c->varlen) {
     int64_t shape1[1] = {c->b + 1}, shapeb[1] = {c->b};
-    f->cu_q = dual_alloc(SDPA_DTYPE_I32, 1, shape1, 0);
-    f->cu_k = dual_alloc(SDPA_DTYPE_I32, 1, shape1, 0);
-    f->used = dual_alloc(SDPA_DTYPE_I32, 1, shapeb, 0);
+    f->cu_q = alloc_rows16(SDPA_DTYPE_I32, 1, shape1, 0);
+    f->cu_k = alloc_rows16(SDPA_DTYPE_I32, 1, shape1, 0);
+    f->used = alloc_rows16(SDPA_DTYPE_I32, 1, shapeb, 0);
     int32_t *cq = (int32_t *)f->cu_q.h.data, *ck = (int32_t *)f->cu_k.h.data;
     int32_t *us = (int32_t *)f->used.h.data;
     cq[0] = ck[0] = 0;
@@ -168,11 +109,11 @@ static void build(const gcase *c, gbufs *f) {
     int64_t tq = cq[c->b], tk = ck[c->b];
     int64_t sq[3] = {tq, c->h, c->d}, sk[3] = {tk, c->h_k, c->d}, sv[3] = {tk, c->h_k, c->d_v};
     int64_t so[3] = {tq, c->h, c->d_v}, sl[2] = {c->h, tq};
-    f->q = dual_alloc(c->dtype, 3, sq, c->pad);
-    f->k = dual_alloc(c->dtype, 3, sk, c->pad);
-    f->v = dual_alloc(c->dtype, 3, sv, c->pad);
-    f->out = dual_alloc(c->dtype, 3, so, c->pad);
-    f->lse = dual_alloc(SDPA_DTYPE_F32, 2, sl, -1);
+    f->q = alloc_rows16(c->dtype, 3, sq, c->pad);
+    f->k = alloc_rows16(c->dtype, 3, sk, c->pad);
+    f->v = alloc_rows16(c->dtype, 3, sv, c->pad);
+    f->out = alloc_rows16(c->dtype, 3, so, c->pad);
+    f->lse = alloc_rows16(SDPA_DTYPE_F32, 2, sl, -1);
     a->cu_seqlens_q = f->cu_q.h;
     a->cu_seqlens_k = f->cu_k.h;
     a->seqused_k = f->used.h;
@@ -182,11 +123,11 @@ static void build(const gcase *c, gbufs *f) {
     int64_t sq[4] = {c->b, c->s_q, c->h, c->d}, sk[4] = {c->b, c->s_k, c->h_k, c->d};
     int64_t sv[4] = {c->b, c->s_k, c->h_k, c->d_v}, so[4] = {c->b, c->s_q, c->h, c->d_v};
     int64_t sl[3] = {c->b, c->h, c->s_q};
-    f->q = dual_alloc(c->dtype, 4, sq, c->pad);
-    f->k = dual_alloc(c->dtype, 4, sk, c->pad);
-    f->v = dual_alloc(c->dtype, 4, sv, c->pad);
-    f->out = dual_alloc(c->dtype, 4, so, c->pad);
-    f->lse = dual_alloc(SDPA_DTYPE_F32, 3, sl, -1);
+    f->q = alloc_rows16(c->dtype, 4, sq, c->pad);
+    f->k = alloc_rows16(c->dtype, 4, sk, c->pad);
+    f->v = alloc_rows16(c->dtype, 4, sv, c->pad);
+    f->out = alloc_rows16(c->dtype, 4, so, c->pad);
+    f->lse = alloc_rows16(SDPA_DTYPE_F32, 3, sl, -1);
   }
   test_fill_normal(&f->q.h, &rng, 1.0);
   test_fill_normal(&f->k.h, &rng, 1.0);
@@ -206,15 +147,15 @@ static void build(const gcase *c, gbufs *f) {
   }
   if (c->alibi) {
     int64_t s1[1] = {c->h}, s2[2] = {c->b, c->h};
-    f->alibi = c->alibi == 1 ? dual_alloc(SDPA_DTYPE_F32, 1, s1, -1)
-                             : dual_alloc(SDPA_DTYPE_F32, 2, s2, -1);
+    f->alibi = c->alibi == 1 ? alloc_rows16(SDPA_DTYPE_F32, 1, s1, -1)
+                             : alloc_rows16(SDPA_DTYPE_F32, 2, s2, -1);
     test_fill_uniform(&f->alibi.h, &rng, 0.0, 0.5);
     a->alibi_slopes = f->alibi.h;
   }
   if (c->bias) {
     int64_t sb[4] = {c->bias_bc & 1 ? 1 : c->b, c->bias_bc & 2 ? 1 : c->h,
                      c->bias_bc & 4 ? 1 : c->s_q, c->s_k};
-    f->bias = dual_alloc(c->dtype, 4, sb, c->pad);
+    f->bias = alloc_rows16(c->dtype, 4, sb, c->pad);
     if (c->bias_packed)
       for (int64_t k = 3, st = 1; k >= 0; st *= sb[k], --k)
         f->bias.h.stride[k] = f->bias.d.stride[k] = st;
@@ -230,7 +171,7 @@ static void build(const gcase *c, gbufs *f) {
   a->dropout_offset = (uint32_t)test_rng_u64(&rng);
   if (c->probs) {
     int64_t sp[4] = {c->b, c->h, c->s_q, c->s_k};
-    f->probs = dual_alloc(SDPA_DTYPE_F32, 4, sp, -1);
+    f->probs = alloc_rows16(SDPA_DTYPE_F32, 4, sp, -1);
     f->host.probs = f->probs.h;
   }
   /* device side: same descriptor, device pointers, everything uploaded

@@ -29,18 +29,11 @@
 
 #include "backend.h"
 #include "common/harness.h"
+#include "gpu/gpu_common.h"
 #include "ref/ref.h"
 
 static test_rng rng;
 
-#define CUDA_OK(call)                                                                         \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
 
 enum { BC_B = 1, BC_H = 2, BC_Q = 4 }; /* bias broadcast dims (bit 0 of .bias = on) */
 enum { MAX_BUFS = 32 };

@@ -1,0 +1,62 @@
+/*
+ * gpu_common.c - CUDA_OK's fatal path and the host/device `dual` tensors of
+ * the GPU tests (gpu_common.h).
+ */
+#include "gpu_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/harness.h"
+
+void gpu_cuda_fatal(const char *file, int line, const char *call, cudaError_t e) {
+  printf("FATAL %s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+  exit(1);
+}
+
+dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad) {
+  dual x;
+  memset(&x, 0, sizeof x);
+  sdpa_tensor *t = &x.h;
+  const size_t es = dt == SDPA_DTYPE_F32 || dt == SDPA_DTYPE_I32 ? 4 : 2;
+  t->dtype = dt;
+  t->rank = rank;
+  int64_t stride = 1, span = 1;
+  for (int k = rank - 1; k >= 0; --k) {
+    t->shape[k] = shape[k];
+    t->stride[k] = stride;
+    if (shape[k] == 0) span = 0;
+    if (span) span += (shape[k] - 1) * stride;
+    if (!rows16)
+      stride *= shape[k];
+    else if (k == rank - 1)
+      stride = (shape[k] + 7) / 8 * 8 + pad;
+    else
+      stride = stride * shape[k] + pad;
+  }
+  x.bytes = (size_t)span * es;
+  t->data = malloc(x.bytes ? x.bytes : 16);
+  test_poison(t);
+  x.d = *t;
+  CUDA_OK(cudaMalloc(&x.d.data, x.bytes ? x.bytes : 16));
+  return x;
+}
+
+void dual_upload(dual *x) {
+  if (x->h.data && x->bytes)
+    CUDA_OK(cudaMemcpy(x->d.data, x->h.data, x->bytes, cudaMemcpyHostToDevice));
+}
+
+void dual_download(dual *x) {
+  if (x->h.data && x->bytes)
+    CUDA_OK(cudaMemcpy(x->h.data, x->d.data, x->bytes, cudaMemcpyDeviceToHost));
+}
+
+void dual_free(dual *x) {
+  if (x->h.data) {
+    free(x->h.data);
+    CUDA_OK(cudaFree(x->d.data));
+  }
+  memset(x, 0, sizeof *x);
+}

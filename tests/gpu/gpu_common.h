@@ -1,0 +1,39 @@
+/*
+ * gpu_common.h - what the GPU tests share: CUDA_OK (a failed CUDA call in a
+ * test is fatal: the run stops with the call and its error), and `dual`, a
+ * host tensor under the harness's conventions (poisoned, any strides) paired
+ * with a device allocation of the same span and strides, so a case builds
+ * its inputs on the host, uploads, calls sdpa on the device and downloads the
+ * outputs for the oracle checks.
+ */
+#ifndef SDPA_TEST_GPU_COMMON_H
+#define SDPA_TEST_GPU_COMMON_H
+
+#include <stddef.h>
+
+#include <cuda_runtime.h>
+
+#include "sdpa.h"
+
+void gpu_cuda_fatal(const char *file, int line, const char *call, cudaError_t e);
+
+#define CUDA_OK(call)                                                     \
+  do {                                                                    \
+    cudaError_t e_ = (call);                                              \
+    if (e_ != cudaSuccess) gpu_cuda_fatal(__FILE__, __LINE__, #call, e_); \
+  } while (0)
+
+typedef struct dual {
+  sdpa_tensor h, d;
+  size_t bytes;
+} dual;
+
+/* Row-major; with rows16 the last dim's stride is rounded up to 8 elements
+ * (16-byte rows, as the fast CUDA rows need) and `pad` (a multiple of 8) is
+ * added to every stride; without it the tensor is contiguous. */
+dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad);
+void dual_upload(dual *x);
+void dual_download(dual *x);
+void dual_free(dual *x); /* accepts a zeroed dual */
+
+#endif /* SDPA_TEST_GPU_COMMON_H */
