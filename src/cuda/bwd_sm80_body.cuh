@@ -8,7 +8,7 @@
  *   SDPA_BLOCK_M      query rows per inner step (multiple of 32)
  *   SDPA_BLOCK_N      keys per block (16 per key group of warps)
  *   SDPA_WARPS        warps per block = (BLOCK_N / 16) key groups x d splits
- * and includes this file, which defines three kernels and
+ * and includes this file, which defines the kernels below and
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
@@ -34,10 +34,14 @@
  *         compute S and dP redundantly and split the columns of dK / dV, so
  *         the accumulators fit in registers without spilling.
  *   post  dQ = scale * accumulator, in the input dtype.
- * Deterministic mode: the dQ additions to a query block happen in key-block
- * order, enforced by a per-(batch, head, query block) counter in the
- * workspace (a block waits until every earlier key block that visits the
- * query block has added its share); results are then bitwise reproducible.
+ * The main kernel comes in four compilations of one body (bwd_body): with or
+ * without the score features (softcap, alibi, dropout) and deterministic or
+ * not, so the common case carries no code or registers for the others.
+ * Deterministic mode: block x of a (kv head, batch) owns dQ slice x alone
+ * and walks key blocks x, x + n, ... in order (n from bwd_det_splits); post
+ * adds the slices in order. Every dQ element is then a sum in a fixed order,
+ * bitwise reproducible, with no block waiting for another (the earlier form,
+ * per-query-block turn counters, cost 52% under causal masks).
  */
 #include <math.h>
 #include <stdint.h>
@@ -63,9 +67,13 @@
 #define SDPA_BDT_IS_BF16_F16 0
 #define SDPA_KPRE SDPA_BPASTE(SDPA_KERNEL_NAME, _pre)
 #define SDPA_KMAIN SDPA_BPASTE(SDPA_KERNEL_NAME, _kernel)
+#define SDPA_KFEAT SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_kernel)
+#define SDPA_KMAIN_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _det_kernel)
+#define SDPA_KFEAT_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_det_kernel)
 #define SDPA_KPOST SDPA_BPASTE(SDPA_KERNEL_NAME, _post)
 #define SDPA_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_WS SDPA_BPASTE(SDPA_KERNEL_NAME, _workspace)
+#define SDPA_BWD_KERNELS SDPA_BPASTE(SDPA_KERNEL_NAME, _kernels)
 
 #if SDPA_BPASTE(SDPA_BDT_IS_BF16_, SDPA_DTYPE)
 #define SDPA_MMA mma_m16n8k16_bf16
@@ -122,27 +130,44 @@ static_assert(HD % CW == 0 && DQT % 2 == 0, "dQ chunks");
 
 /* Physical chunk of logical chunk c in a shared row r of cpr chunks (XOR
  * swizzle in groups of 8, the remainder in a group of 4): every ldmatrix phase
- * (eight rows at one logical chunk) hits eight distinct bank groups. */
-__device__ __forceinline__ int bswz(int r, int c, int cpr8) {
-  return c < cpr8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
+ * (eight rows at one logical chunk) hits eight distinct bank groups. cpr and
+ * cpr8 are compile-time constants: when cpr is a multiple of 8 the remainder
+ * case cannot happen and the select folds away even for a run-time c. */
+__device__ __forceinline__ int bswz(int r, int c, int cpr, int cpr8) {
+  return (cpr == cpr8 || c < cpr8) ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
 
 /* Swizzled chunk for a lane whose ldmatrix row is lane % 8 modulo 8. */
-__device__ __forceinline__ int bswz_lane(int c, int cpr8, int x7, int x3) {
-  return c < cpr8 ? (c ^ x7) : (c ^ x3);
+__device__ __forceinline__ int bswz_lane(int c, int cpr, int cpr8, int x7, int x3) {
+  return (cpr == cpr8 || c < cpr8) ? (c ^ x7) : (c ^ x3);
 }
 
 /* Rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
- * memory; rows >= rows_valid and columns >= d are zero-filled. */
+ * memory; rows >= rows_valid and columns >= d are zero-filled. rows is a
+ * compile-time constant (BM or BN). A whole tile (every row valid, d == HD)
+ * takes the unrolled form: each thread copies one chunk column, no bounds, no
+ * division (the per-chunk bookkeeping of the general loop cost about 40
+ * instructions a chunk, more than the copies themselves; bench/NOTES.md). */
 __device__ __forceinline__ void bwd_load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
                                               int rows, int rows_valid, int d, int tid) {
+  if (NTHREADS % CPR == 0 && (rows * CPR) % NTHREADS == 0 && rows_valid >= rows && d == HD) {
+    const int c = tid % CPR, r0 = tid / CPR;
+    const uint16_t *src = g + (int64_t)r0 * stride + c * 8;
+#pragma unroll
+    for (int k = 0; k < rows * CPR / NTHREADS; ++k) {
+      const int r = r0 + k * (NTHREADS / CPR);
+      cp_async_16(sbase + (uint32_t)((r * CPR + bswz(r, c, CPR, CPR8)) * 16),
+                  src + (int64_t)k * (NTHREADS / CPR) * stride, 16);
+    }
+    return;
+  }
 #pragma unroll 1
   for (int i = tid; i < rows * CPR; i += NTHREADS) {
     const int r = i / CPR, c = i % CPR;
     const int rem = d - c * 8;
     const int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
     const uint16_t *src = bytes ? g + (int64_t)r * stride + c * 8 : g;
-    cp_async_16(sbase + (uint32_t)((r * CPR + bswz(r, c, CPR8)) * 16), src, bytes);
+    cp_async_16(sbase + (uint32_t)((r * CPR + bswz(r, c, CPR, CPR8)) * 16), src, bytes);
   }
 }
 
@@ -157,12 +182,12 @@ __device__ __forceinline__ void gemm_rows_by_queries(float (*c)[4], uint32_t a_l
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     uint32_t a[4];
-    ldmatrix_x4(a, a_lane + (uint32_t)(bswz_lane(2 * ks + a_hi, CPR8, x7, x3) * 16));
+    ldmatrix_x4(a, a_lane + (uint32_t)(bswz_lane(2 * ks + a_hi, CPR, CPR8, x7, x3) * 16));
 #pragma unroll
     for (int np = 0; np < NQ / 2; ++np) {
       uint32_t bq[4];
       ldmatrix_x4(bq, b_lane + (uint32_t)(np * 16 * CPR * 16 +
-                                          bswz_lane(2 * ks + b_hi, CPR8, x7, x3) * 16));
+                                          bswz_lane(2 * ks + b_hi, CPR, CPR8, x7, x3) * 16));
       SDPA_MMA(c[2 * np], a, bq);
       SDPA_MMA(c[2 * np + 1], a, bq + 2);
     }
@@ -185,17 +210,94 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
     for (int dp = 0; dp < DTW / 2; ++dp) {
       uint32_t bt[4];
       const int c = col_chunk0 + 2 * dp + t_hi;
-      ldmatrix_x4_trans(bt, t_lane + (uint32_t)(ms * 16 * CPR * 16 + bswz_lane(c, CPR8, x7, x3) * 16));
+      ldmatrix_x4_trans(bt, t_lane + (uint32_t)(ms * 16 * CPR * 16 + bswz_lane(c, CPR, CPR8, x7, x3) * 16));
       SDPA_MMA(acc[2 * dp], a, bt);
       SDPA_MMA(acc[2 * dp + 1], a, bt + 2);
     }
   }
 }
 
-/* Field f (0..7) of a Philox block: the dropout uniform of key 8*(j/8) + f. */
-__device__ __forceinline__ uint32_t bwd_drop_field(sdpa_u32x4 r, int f) {
-  const uint32_t w = (f >> 1) == 0 ? r.x[0] : (f >> 1) == 1 ? r.x[1] : (f >> 1) == 2 ? r.x[2] : r.x[3];
-  return (f & 1) ? (w >> 16) : (w & 0xffffu);
+/* Dropout keep bits of one sub-step, one Philox call per (query, 8-key block)
+ * for the whole warp: lane L evaluates query q0 + L against the warp's two
+ * 8-key blocks (keys j_lo .. j_lo + 15, j_lo a multiple of 16) and returns
+ * bit f (f < 8) / 8 + f: key j_lo + f / j_lo + 8 + f is kept. Element
+ * (query q0 + c, key row r) then reads bit r of lane c's word by a shuffle:
+ * 2 calls a lane instead of one a element (each call gives eight fields).
+ * Made before the sub-step's S / dP products: its temporaries are dead by the
+ * time the scores take their registers. */
+__device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_t bh, int q0,
+                                                  int j_lo, int lane) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int hb = 0; hb < 2; ++hb) {
+    const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(q0 + lane),
+                                           (uint32_t)((j_lo >> 3) + hb));
+#pragma unroll
+    for (int f = 0; f < 8; ++f)
+      bits |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) >= p->drop_threshold)
+              << (8 * hb + f);
+  }
+  return bits;
+}
+
+/* P and dS of one sub-step, in place: ss (S^T, this warp's 16 keys x QS
+ * queries) becomes P times keep / (1 - p) (the dV operand) and sp (dP^T)
+ * becomes dS = P (dP keep / (1 - p) - D) (times 1 - tanh^2 under softcap).
+ * Lane (g, t); key of element (nq, e): j_lo + g + 8 (e >> 1); query:
+ * q0 + 8 nq + 2 t + (e & 1); keep_bits from bwd_keep_bits when drop. softcap, alibi, drop and mask are literals at
+ * each call site, so each call compiles to its own code: the plain unmasked
+ * form is one FFMA, one MUFU, one FADD and two FMULs an element (the
+ * run-time tests it replaces cost about 20 instructions an element;
+ * bench/NOTES.md). */
+__device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
+                                         const sdpa_bwd_sm80_params *prm, const float *lse_t,
+                                         const float *dd_t, int b, int hh, int j_lo, int q0,
+                                         int lane, int sq, int sk, int off, uint32_t keep_bits,
+                                         const int softcap, const int alibi, const int drop,
+                                         const int mask) {
+  const sdpa_problem *p = &prm->p;
+  const int g = lane >> 2, t = lane & 3;
+  const float slope2 = alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
+  const int dj0 = j_lo + g - q0 - 2 * t - off; /* j - i - off at nq = 0, e = 0 */
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq) {
+    const float2 l2 = *(const float2 *)(lse_t + nq * 8 + 2 * t);
+    const float2 d2 = *(const float2 *)(dd_t + nq * 8 + 2 * t);
+    uint32_t kb[2] = {0u, 0u};
+    if (drop) {
+      kb[0] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t);
+      kb[1] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t + 1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int dj = dj0 - nq * 8 - (e & 1) + (e >> 1) * 8;
+      const int j = j_lo + g + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
+      const float l = (e & 1) ? l2.y : l2.x;
+      float pr, deriv = 1.f;
+      if (!softcap && !alibi) {
+        pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, -l));
+      } else {
+        float x = ss[nq][e] * prm->score_mul;
+        if (softcap) {
+          const float th = fast_tanh_pre(x);
+          deriv = 1.f - th * th;
+          x = th * prm->softcap_post;
+        }
+        if (alibi) x -= slope2 * fabsf((float)(dj + off - (sk - sq)));
+        pr = fast_exp2(x - l);
+      }
+      if (mask && (dj < -prm->wl || dj > prm->wr || j >= sk || i >= sq)) pr = 0.f;
+      float dpv = sp[nq][e], pk = pr;
+      if (drop) {
+        const float keep = (kb[e & 1] >> (g + 8 * (e >> 1))) & 1u ? prm->drop_scale : 0.f;
+        dpv *= keep;
+        pk *= keep;
+      }
+      const float dsv = pr * (dpv - ((e & 1) ? d2.y : d2.x));
+      sp[nq][e] = softcap ? dsv * deriv : dsv;
+      ss[nq][e] = pk;
+    }
+  }
 }
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
@@ -229,8 +331,10 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
     prm.dsum[hh * prm.total_q + row] = acc;
     prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
   }
-  float4 *a = (float4 *)(prm.dq_acc + (row * p->h + hh) * HD);
-  for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int sl = 0; sl < prm.nsplit; ++sl) {
+    float4 *a = (float4 *)(prm.dq_acc + sl * prm.slice + (row * p->h + hh) * HD);
+    for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
 }
 
 /* ---- post: dQ = scale * accumulator, in the input dtype ------------------------------ */
@@ -245,7 +349,12 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
   uint16_t *dq = (uint16_t *)p->dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
   const float s = p->scale;
   for (int c = l8 * 8; c < d; c += 64) {
-    const float4 x = *(const float4 *)(a + c), y = *(const float4 *)(a + c + 4);
+    float4 x = *(const float4 *)(a + c), y = *(const float4 *)(a + c + 4);
+    for (int sl = 1; sl < prm.nsplit; ++sl) { /* deterministic: the slices in a fixed order */
+      const float4 x2 = *(const float4 *)(a + sl * prm.slice + c), y2 = *(const float4 *)(a + sl * prm.slice + c + 4);
+      x.x += x2.x, x.y += x2.y, x.z += x2.z, x.w += x2.w;
+      y.x += y2.x, y.y += y2.y, y.z += y2.z, y.w += y2.w;
+    }
     uint4 v;
     v.x = SDPA_PACK(x.x * s, x.y * s);
     v.y = SDPA_PACK(x.z * s, x.w * s);
@@ -263,25 +372,35 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
-extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KMAIN(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+/* feat and det are literals at each kernel. feat 0 compiles only the plain
+ * score path (masks, no softcap / alibi / dropout), 1 the general one; det 1
+ * walks this block's key blocks (deterministic mode), det 0 does one. Four
+ * kernels keep the common one's registers and code free of what it does not
+ * use (d = 128 is at 255 registers; bench/NOTES.md). */
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
+                                         const int det) {
   extern __shared__ __align__(128) unsigned char smem[];
-  const sdpa_problem *p = &prm.p;
+  const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int kw = warp % KW, ds = warp / KW;
-  const int nblk = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
-  const int n0 = nblk * BN;
+  const int hk = blockIdx.y, b = blockIdx.z;
   const int fk = (int)bwd_full_len_k(p, b);
-  if (n0 >= fk) return;
+  /* deterministic: this block owns dQ slice blockIdx.x and walks key blocks
+     blockIdx.x, + gridDim.x, ... (interleaved: balanced under causal masks);
+     otherwise one key block a block, every block adding into slice 0 */
+#pragma unroll 1
+  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; nblk += gridDim.x, more = det) {
+  if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
+  const int n0 = nblk * BN;
   const int sq = (int)sdpa_seq_len_q(p, b), sk = (int)sdpa_seq_len_k(p, b);
   const int off = p->bottom_right ? sk - sq : 0;
-  const int group = prm.h_per_hk;
+  const int group = prm->h_per_hk;
   const int d = (int)p->d;
   const int64_t q_start = sdpa_seq_q_start(p, b);
 
   int m_lo = 0, m_hi = -1;
-  const int any = bwd_query_blocks(sq, sk, off, prm.wl, prm.wr, n0, BN, BM, &m_lo, &m_hi);
+  const int any = bwd_query_blocks(sq, sk, off, prm->wl, prm->wr, n0, BN, BM, &m_lo, &m_hi);
   const int nm = any ? m_hi - m_lo + 1 : 0;
   const int n_it = group * nm;
 
@@ -307,29 +426,34 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset(p, p->v_st, b, n0, hk);
     bwd_load_tile(s_k, kg, p->k_st.ss, BN, sk - n0, d, tid);
     bwd_load_tile(s_v, vg, p->v_st.ss, BN, sk - n0, d, tid);
+    /* Q / dO rows of this sequence: step (hh, mb) reads q_b + m0 ss + hh sh
+       (no layout branches or global loads in the loop) */
+    const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
+    const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
+    const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
+    const float *lse2_b = prm->lse2 + q_start, *dsum_b = prm->dsum + q_start;
     {
       const int hh = hk * group, m0 = m_lo * BM;
-      bwd_load_tile(s_base + OFF_Q, (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh),
-                    p->q_st.ss, BM, sq - m0, d, tid);
-      bwd_load_tile(s_base + OFF_DO, (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, m0, hh),
-                    p->do_st.ss, BM, sq - m0, d, tid);
+      bwd_load_tile(s_base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid);
+      bwd_load_tile(s_base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid);
       if (tid < BM) {
         const int valid = m0 + tid < sq;
-        const int64_t r = hh * prm.total_q + q_start + m0 + tid;
-        s_lse[tid] = valid ? prm.lse2[r] : INFINITY;
-        s_dd[tid] = valid ? prm.dsum[r] : 0.f;
+        const int64_t r = hh * prm->total_q + m0 + tid;
+        s_lse[tid] = valid ? lse2_b[r] : INFINITY;
+        s_dd[tid] = valid ? dsum_b[r] : 0.f;
       }
     }
     cp_async_commit();
 
-    const int64_t wlo = (int64_t)off - prm.wl, whi = (int64_t)off + prm.wr;
+    const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
     const uint32_t k_lane = s_k + (uint32_t)(a_row * CPR * 16);
     const uint32_t v_lane = s_v + (uint32_t)(a_row * CPR * 16);
 
+    int hh = hk * group, mb = m_lo; /* this step's query head and block: (head, block) order */
 #pragma unroll 1
     for (int it = 0; it < n_it; ++it) {
-      const int cur = it & 1;
-      const int hh = hk * group + it / nm, mb = m_lo + it % nm, m0 = mb * BM;
+      const int cur = it & 1, m0 = mb * BM;
+      const int wrap = mb == m_hi, hh2 = hh + wrap, mb2 = wrap ? m_lo : mb + 1; /* next step */
       const uint32_t s_q = s_base + OFF_Q + cur * SM_Q, s_do = s_base + OFF_DO + cur * SM_Q;
       cp_async_wait_all(); /* Q / dO of this step landed (and K / V on the first) */
       __syncthreads();     /* ... for every thread; everyone is done with the other buffers */
@@ -337,18 +461,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       /* prefetch the next step's Q / dO (cp.async) and lse2 / D (registers) */
       float nl = INFINITY, nd = 0.f;
       if (it + 1 < n_it) {
-        const int hh2 = hk * group + (it + 1) / nm, m02 = (m_lo + (it + 1) % nm) * BM;
-        bwd_load_tile(s_base + OFF_Q + (cur ^ 1) * SM_Q,
-                      (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m02, hh2), p->q_st.ss, BM,
+        const int m02 = mb2 * BM;
+        bwd_load_tile(s_base + OFF_Q + (cur ^ 1) * SM_Q, q_b + m02 * qss + hh2 * qsh, qss, BM,
                       sq - m02, d, tid);
-        bwd_load_tile(s_base + OFF_DO + (cur ^ 1) * SM_Q,
-                      (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, m02, hh2), p->do_st.ss,
-                      BM, sq - m02, d, tid);
+        bwd_load_tile(s_base + OFF_DO + (cur ^ 1) * SM_Q, do_b + m02 * dss + hh2 * dsh, dss, BM,
+                      sq - m02, d, tid);
         cp_async_commit();
         if (tid < BM && m02 + tid < sq) {
-          const int64_t r = hh2 * prm.total_q + q_start + m02 + tid;
-          nl = prm.lse2[r];
-          nd = prm.dsum[r];
+          const int64_t r = hh2 * prm->total_q + m02 + tid;
+          nl = lse2_b[r];
+          nd = dsum_b[r];
         }
       }
 
@@ -356,54 +478,29 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       for (int qh = 0; qh < NQH; ++qh) {
       const int q0 = m0 + qh * QS; /* first query of the sub-step */
       const uint32_t qrow = (uint32_t)(qh * QS * CPR * 16);
+      const int j_lo = n0 + kw * 16;
+      const uint32_t keep_bits = feat && prm->has_dropout
+                                     ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
+                                     : 0u;
       /* dP^T = V dO^T and S^T = K Q^T for this warp's 16 keys x QS queries */
       float sp[NQ][4], ss[NQ][4];
       gemm_rows_by_queries(sp, v_lane, a_hi, s_do + qrow + (uint32_t)(b_row * CPR * 16), b_hi, x7, x3);
       gemm_rows_by_queries(ss, k_lane, a_hi, s_q + qrow + (uint32_t)(b_row * CPR * 16), b_hi, x7, x3);
 
-      /* P (kept in ss, times keep / (1 - p) for dV) and dS (in sp) */
+      /* P (kept in ss, times keep / (1 - p) for dV) and dS (in sp); the
+         unmasked tiles, by far the most common, get their own straight-line
+         instance (feature flags as literals) */
       {
         const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
                          (int64_t)n0 + BN - 1 - m0 <= whi;
-        const float slope2 =
-            prm.has_alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
-        const uint32_t bh = (uint32_t)(b * p->h + hh);
-        const int j_base = n0 + kw * 16 + g;         /* key of e = 0, 1 (e = 2, 3: + 8) */
-        const int dj0 = j_base - q0 - 2 * t - off;   /* j - i - off at nq = 0, e = 0 */
         const float *lse_t = s_lse + cur * BM + qh * QS, *dd_t = s_dd + cur * BM + qh * QS;
-#pragma unroll
-        for (int nq = 0; nq < NQ; ++nq) {
-          const float2 l2 = *(const float2 *)(lse_t + nq * 8 + 2 * t);
-          const float2 d2 = *(const float2 *)(dd_t + nq * 8 + 2 * t);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int dj = dj0 - nq * 8 - (e & 1) + (e >> 1) * 8;
-            float x = ss[nq][e] * prm.score_mul;
-            float deriv = 1.f;
-            if (prm.has_softcap) {
-              const float th = fast_tanh_pre(x);
-              deriv = 1.f - th * th;
-              x = th * prm.softcap_post;
-            }
-            if (prm.has_alibi) x -= slope2 * fabsf((float)(dj + off - (sk - sq)));
-            if (!full) {
-              const int j = j_base + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
-              if (dj < -prm.wl || dj > prm.wr || j >= sk || i >= sq) x = -INFINITY;
-            }
-            const float pr = fast_exp2(x - ((e & 1) ? l2.y : l2.x));
-            float dpv = sp[nq][e], pk = pr;
-            if (prm.has_dropout) {
-              const int j = j_base + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
-              const sdpa_u32x4 r =
-                  sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)i, (uint32_t)(j >> 3));
-              const float keep = bwd_drop_field(r, j & 7) < p->drop_threshold ? 0.f : prm.drop_scale;
-              dpv *= keep;
-              pk *= keep;
-            }
-            sp[nq][e] = pr * (dpv - ((e & 1) ? d2.y : d2.x)) * deriv;
-            ss[nq][e] = pk;
-          }
-        }
+        if (!feat && full)
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, 0, 0, 0, 0);
+        else if (!feat)
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, 0, 0, 0, 1);
+        else
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
+                   keep_bits, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full);
       }
 
       /* dV += Pdrop^T dO, dK += dS^T Q (this warp's columns) */
@@ -419,24 +516,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
             const int r = kw * 16 + g + hf * 8;
             const uint32_t v = SDPA_PACK(sp[nq][2 * hf], sp[nq][2 * hf + 1]);
             const int c = qh * (QS / 8) + nq;
-            const uint32_t addr = s_s + (uint32_t)((r * SCPR + bswz(r, c, SCPR8)) * 16 + t * 4);
+            const uint32_t addr = s_s + (uint32_t)((r * SCPR + bswz(r, c, SCPR, SCPR8)) * 16 + t * 4);
             asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v));
           }
       }
       }
       __syncthreads();
-
-      /* deterministic: wait until every earlier key block added its dQ share */
-      int *sem = NULL;
-      if (prm.sem) {
-        sem = prm.sem + ((int64_t)b * p->h + hh) * prm.nqb + mb;
-        if (tid == 0) {
-          const int turn = nblk - (int)bwd_first_key_block(off, prm.wl, m0, BN);
-          while (*(volatile int *)sem < turn) __nanosleep(64);
-          __threadfence();
-        }
-        __syncthreads();
-      }
 
       /* dQ[BM, HD] += dS K: warp = (row tile, column group), CW columns at a time */
       {
@@ -455,12 +540,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
           for (int ks = 0; ks < BN / 16; ++ks) {
             uint32_t a[4];
             ldmatrix_x4_trans(a, ds_lane + (uint32_t)(ks * 16 * SCPR * 16 +
-                                                     bswz_lane(2 * qt + b_hi, SCPR8, x7, x3) * 16));
+                                                     bswz_lane(2 * qt + b_hi, SCPR, SCPR8, x7, x3) * 16));
 #pragma unroll
             for (int dp = 0; dp < DQT / 2; ++dp) {
               uint32_t bk[4];
               const int c = ch * (CW / 8) + 2 * dp + c_hi;
-              ldmatrix_x4_trans(bk, kt_lane + (uint32_t)(ks * 16 * CPR * 16 + bswz_lane(c, CPR8, x7, x3) * 16));
+              ldmatrix_x4_trans(bk, kt_lane + (uint32_t)(ks * 16 * CPR * 16 + bswz_lane(c, CPR, CPR8, x7, x3) * 16));
               SDPA_MMA(acc[2 * dp], a, bk);
               SDPA_MMA(acc[2 * dp + 1], a, bk + 2);
             }
@@ -469,22 +554,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
           for (int hf = 0; hf < 2; ++hf) {
             const int i = i_lo + hf * 8;
             if (i >= sq) continue;
-            float *dst = prm.dq_acc + ((q_start + i) * p->h + hh) * HD + ch * CW + 2 * t;
+            float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice + ((q_start + i) * p->h + hh) * HD + ch * CW + 2 * t;
 #pragma unroll
             for (int dt = 0; dt < DQT; ++dt) red_add_f32x2(dst + dt * 8, acc[dt][2 * hf], acc[dt][2 * hf + 1]);
           }
         }
       }
 
-      if (sem) {
-        __threadfence(); /* this block's additions are visible before the counter moves */
-        __syncthreads();
-        if (tid == 0) atomicAdd(sem, 1);
-      }
       if (it + 1 < n_it && tid < BM) {
         s_lse[(cur ^ 1) * BM + tid] = nl;
         s_dd[(cur ^ 1) * BM + tid] = nd;
       }
+      hh = hh2;
+      mb = mb2;
     }
   }
 
@@ -498,7 +580,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
     for (int dt = 0; dt < DTW; ++dt) {
       const int c = ds * HDW + dt * 8 + 2 * t;
-      const uint32_t kv = SDPA_PACK(dk[dt][2 * hf] * prm.dk_scale, dk[dt][2 * hf + 1] * prm.dk_scale);
+      const uint32_t kv = SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale);
       const uint32_t vv = SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]);
       if (c + 1 < d) {
         *(uint32_t *)(dkr + c) = kv;
@@ -509,13 +591,38 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       }
     }
   }
+  } /* key blocks */
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KMAIN(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  bwd_body(&prm, 0, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KFEAT(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  bwd_body(&prm, 1, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KMAIN_DET(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  bwd_body(&prm, 0, 1);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KFEAT_DET(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  bwd_body(&prm, 1, 1);
 }
 
 /* ---- host --------------------------------------------------------------------------- */
 
+/* Indexed by 2 deterministic + features. */
+static void (*const SDPA_BWD_KERNELS[4])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN, SDPA_KFEAT,
+                                                                       SDPA_KMAIN_DET, SDPA_KFEAT_DET};
+
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
-  return bwd_workspace_layout(p, HD, BM).bytes;
+  return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
 }
 
 static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm, unsigned char *ws,
@@ -523,18 +630,14 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   const sdpa_problem *p = &prm->p;
   cudaStream_t stream = (cudaStream_t)p->stream;
   cudaError_t e = cudaSuccess;
-  if (prm->sem) {
-    e = cudaMemsetAsync(ws + lay->sem, 0, lay->bytes - lay->sem, stream);
-    if (e != cudaSuccess)
-      return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaMemsetAsync of the dQ order counters failed: %s",
-                       SDPA_BSTR(SDPA_KERNEL_NAME), cudaGetErrorString(e));
-  }
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
   if (nkb > 0) {
-    const dim3 grid((unsigned)nkb, (unsigned)p->h_k, (unsigned)p->b);
-    SDPA_KMAIN<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
+    const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
+    const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
+    const int k = 2 * (p->deterministic != 0) + feat;
+    SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
   if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
   e = cudaGetLastError();
@@ -545,7 +648,7 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[4][64]; /* per kernel and device: smem limit raised */
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
@@ -558,7 +661,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      "(2^31-1, 65535, 65535)",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
-  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, BM);
+  const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
   if (p->workspace) {
     if (p->workspace_size < lay.bytes)
       return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
@@ -577,7 +681,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dk_scale = p->scale;
   prm.drop_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm.h_per_hk = (int)(p->h / p->h_k);
-  prm.nqb = (int)((p->s_q + BM - 1) / BM);
+  prm.nsplit = nsplit;
   prm.total_q = bwd_total_q(p);
   prm.wl = (int)(p->window_left < 0 || p->window_left > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
                                                                            : p->window_left);
@@ -587,8 +691,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
 
-  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KMAIN, (int)SMEM_BYTES, smem_set,
-                                  SDPA_BSTR(SDPA_KERNEL_NAME)));
+  for (int k = 0; k < 4; ++k)
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
+                                    SDPA_BSTR(SDPA_KERNEL_NAME)));
 
   cudaStream_t stream = (cudaStream_t)p->stream;
   cudaError_t e = cudaSuccess;
@@ -606,7 +711,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
-  prm.sem = p->deterministic ? (int *)(ws + lay.sem) : NULL;
+  prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
   sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm, ws, &lay);
   if (!p->workspace) {
     e = cudaFreeAsync(ws, stream);
@@ -622,8 +727,12 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_TO_F32
 #undef SDPA_KPRE
 #undef SDPA_KMAIN
+#undef SDPA_KFEAT
+#undef SDPA_KMAIN_DET
+#undef SDPA_KFEAT_DET
 #undef SDPA_KPOST
 #undef SDPA_RUN
+#undef SDPA_BWD_KERNELS
 #undef SDPA_WS
 #undef SDPA_KERNEL_NAME
 #undef SDPA_DTYPE

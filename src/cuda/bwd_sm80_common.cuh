@@ -6,12 +6,11 @@
  * tile-pair rule that says which (key block, query block) pairs do any work,
  * and small conversions. Included once per instance translation unit.
  *
- * Workspace (fp32 unless noted, each region 256-byte aligned):
- *   dq_acc [total_q][h][hdim]   dQ accumulated over key blocks, padded to the bucket
+ * Workspace (fp32, each region 256-byte aligned):
+ *   dq_acc [nsplit][total_q][h][hdim]  dQ accumulated over key blocks, padded to the
+ *                                      bucket; nsplit slices in deterministic mode
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
- *   sem    int32 [b][h][nqb]    deterministic mode only: how many key blocks
- *                               have added their dQ share to each query block
  */
 #ifndef SDPA_BWD_SM80_COMMON_CUH
 #define SDPA_BWD_SM80_COMMON_CUH
@@ -24,20 +23,20 @@
 typedef struct sdpa_bwd_sm80_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
-  int *sem;            /* NULL unless deterministic */
+  int64_t slice;       /* floats between dQ slices (0 unless deterministic) */
+  int nsplit;          /* dQ slices: 1, or bwd_det_splits in deterministic mode */
   int64_t total_q;     /* rows of dq_acc / dsum / lse2 */
   float score_mul;     /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
   float softcap_post;  /* softcap * log2(e) */
   float dk_scale;      /* scale (dK = scale * dS^T Q) */
   float drop_scale;    /* 1 / (1 - p) */
   int h_per_hk;        /* query heads per kv head */
-  int nqb;             /* query blocks of the longest sequence (sem layout) */
   int wl, wr;          /* window, 2^30 when unbounded */
   int has_softcap, has_alibi, has_dropout;
 } sdpa_bwd_sm80_params;
 
 typedef struct bwd_ws_layout {
-  size_t dq_acc, dsum, lse2, sem; /* byte offsets */
+  size_t dq_acc, dsum, lse2;      /* byte offsets */
   size_t bytes;                   /* total */
 } bwd_ws_layout;
 
@@ -49,15 +48,37 @@ SDPA_HD int64_t bwd_total_q(const sdpa_problem *p) {
   return p->layout == SDPA_LAYOUT_VARLEN ? p->total_q : p->b * p->s_q;
 }
 
-SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int block_m) {
+/*
+ * Deterministic mode: the number of dQ slices, which is also the number of
+ * blocks per (kv head, batch). Block x owns slice x alone and walks key blocks
+ * x, x + n, x + 2n, ... in order, so each dQ element is a sum in a fixed order
+ * (no atomics race, no block waits for another), and post adds the slices in
+ * slice order. More slices give more parallelism and cost one fp32 copy of dQ
+ * each: n minimizes the time estimate waves(n b h_k blocks, one per SM) x key
+ * blocks per block, the smallest such n, at most 16 and at most 1 GiB of
+ * slices (beyond one).
+ */
+SDPA_HD int bwd_det_splits(const sdpa_problem *p, int hdim, int block_n, int sms) {
+  const int64_t nkb = (p->s_k + block_n - 1) / block_n, bh = p->b * p->h_k;
+  const int64_t slice_bytes = bwd_total_q(p) * p->h * hdim * 4;
+  if (!p->deterministic || nkb <= 1 || bh <= 0 || sms <= 0) return 1;
+  int best = 1;
+  int64_t best_t = -1;
+  for (int n = 1; n <= 16 && n <= nkb; ++n) {
+    if (n > 1 && n * slice_bytes > ((int64_t)1 << 30)) break;
+    const int64_t t = (n * bh + sms - 1) / sms * ((nkb + n - 1) / n);
+    if (best_t < 0 || t < best_t) best = n, best_t = t;
+  }
+  return best;
+}
+
+SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit) {
   bwd_ws_layout w;
   const size_t rows = (size_t)bwd_total_q(p), h = (size_t)p->h;
-  const size_t nqb = (size_t)((p->s_q + block_m - 1) / block_m);
   w.dq_acc = 0;
-  w.dsum = bwd_align256(rows * h * (size_t)hdim * 4u);
+  w.dsum = bwd_align256((size_t)nsplit * rows * h * (size_t)hdim * 4u);
   w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
-  w.sem = w.lse2 + bwd_align256(rows * h * 4u);
-  w.bytes = w.sem + (p->deterministic ? bwd_align256((size_t)p->b * h * nqb * 4u) : 0);
+  w.bytes = w.lse2 + bwd_align256(rows * h * 4u);
   if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */
   return w;
 }
@@ -74,7 +95,7 @@ SDPA_HD int64_t bwd_full_len_k(const sdpa_problem *p, int64_t b) {
  * [ja - ib + 1, jb - 1 - ia], meets the window band [off - wl, off + wr]
  * (sdpa_key_range written in j - i). Both directions below come from that
  * one rule, so a key block visits exactly the query blocks that count it, and
- * the deterministic mode's turn order (n - first key block of m) is exact.
+ * none is visited for nothing.
  */
 /* Query blocks [*m_lo, *m_hi] that key block n0 (BN keys) visits; 0 if none. */
 SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr,
@@ -92,12 +113,6 @@ SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, in
   *m_lo = (int)lo;
   *m_hi = (int)hi;
   return 1;
-}
-
-/* The first key block (BN keys) that visits query block m0 (BM rows). */
-SDPA_HD int64_t bwd_first_key_block(int64_t off, int64_t wl, int64_t m0, int bn) {
-  const int64_t w = off - wl + m0 + 1; /* need jb >= w */
-  return w <= 1 ? 0 : (w - 1) / bn;
 }
 
 /* ---- device conversions (no cuda_fp16.h: it is C++) ---------------------------- */
