@@ -8,15 +8,32 @@ DESIGN.md section 9) and a markdown table beside it, and prints the table.
 
   python3 bench/bench.py [--ops fwd,bwd] [--quick]
   python3 bench/bench.py --dropout P   the cost of dropout (suffix -dropout)
-  python3 bench/bench.py --bias        forward with a full [b, h, s, s] bf16 bias
-                                       (op fwd_bias, suffix -bias) against torch's
-                                       EFFICIENT and CUDNN with it as attn_mask
+  python3 bench/bench.py --bias        a full [b, h, s, s] bf16 bias: ops fwd_bias and
+                                       bwd_bias (dq, dk, dv and dbias), suffix -bias,
+                                       against torch's EFFICIENT and CUDNN with it as
+                                       attn_mask (requires_grad for bwd_bias)
+  python3 bench/bench.py --f32         fp32 q, k, v: ops fwd_f32 and bwd_f32, suffix
+                                       -f32, against torch's EFFICIENT in fp32
+  (--ops fwd or --ops bwd picks one op of these two modes; s in {1024, 4096} there)
+
+The --bias and --f32 modes check what they time: sdpa's outputs (NaN-poisoned
+first) must be finite and agree with torch EFFICIENT's on the cell's first call
+(max|diff| / max|EFFICIENT| within TOLERANCE); each record keeps
+max_abs_diff_vs_efficient (per output), rel_diff_vs_efficient and check, and the
+run exits 1 if any cell failed. Their markdown table is rewritten with the JSON
+after every cell (bench/common.py <json> re-renders it).
+
+fp32: torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+are set False (recorded in the results file). Nothing on the timed path reads
+them: torch EFFICIENT's fp32 kernels on sm80+ run CUTLASS's 3xTF32
+(OpMultiplyAddFastF32) on the tensor cores, fp32-accurate, whatever they say.
 """
 import argparse
-import os
+import math
 import sys
+import time
 
-from common import cuda_time_ms, markdown_table, with_ratios, write_results
+from common import cuda_time_ms, render_markdown, write_results
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +50,35 @@ def flops(op, b, h, s_q, s_k, d, causal):
     f = 4.0 * b * h * s_q * s_k * d
     if causal:
         f /= 2
-    return f * (2.5 if op == "bwd" else 1.0)
+    return f * (2.5 if op.startswith("bwd") else 1.0)
 
 
-def bench_one(op, b, s, h, d, causal, dropout=0.0, bias=False):
+def tflops(fl, fn, label, timer=cuda_time_ms):
+    """TFLOP/s of fn, or None (the reason on stderr) where it raises: a backend that
+    cannot run this problem."""
+    try:
+        ms = timer(fn)
+        return fl / (ms * 1e-3) / 1e12
+    except Exception as e:
+        print(f"  ({label}: {type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
+        return None
+
+
+def scaled_time_ms(fn):
+    """cuda_time_ms with fewer calls for a slow fn: the fp32 and dbias cells may run
+    on the SIMT kernels at 0.1-1 s a call, where 3 + 7 x 10 calls would take minutes
+    a cell. Calls under 10 ms get the usual 10 reps x 7 trials."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one_ms = (time.perf_counter() - t0) * 1e3
+    reps = max(1, min(10, int(100.0 / max(one_ms, 1e-3))))
+    return cuda_time_ms(fn, warmup=1, reps=reps, trials=7 if one_ms < 50 else 3)
+
+
+def bench_one(op, b, s, h, d, causal, dropout=0.0):
     torch.manual_seed(0)
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
     q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=op == "bwd")
@@ -46,45 +88,21 @@ def bench_one(op, b, s, h, d, causal, dropout=0.0, bias=False):
     rec = {"op": op, "dtype": "bf16", "b": b, "s_q": s, "s_k": s, "h": h, "h_k": h, "d": d,
            "causal": causal, "paged": 0, "dropout": dropout}
     fl = flops(op, b, h, s, s, d, causal)
-    if bias:  # torch takes no mask with is_causal: the causal -inf goes into its copy
-        rec["op"] = "fwd_bias"
-        bt = torch.randn(b, h, s, s, device="cuda", dtype=torch.bfloat16)
-        mask = bt
-        if causal:
-            tri = torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1)
-            mask = bt.masked_fill(tri, float("-inf"))
-
-    def tflops(fn):
-        try:
-            ms = cuda_time_ms(fn)
-            return fl / (ms * 1e-3) / 1e12
-        except Exception as e:  # a backend that cannot run this problem
-            print(f"  ({op} b={b} s={s} d={d} causal={causal}: {type(e).__name__}: {str(e)[:120]})",
-                  file=sys.stderr)
-            return None
-
-    if bias:
+    label = f"{op} b={b} s={s} d={d} causal={causal}"
+    if op == "fwd":
         out = torch.empty_like(q)
-        rec["sdpa"] = tflops(lambda: sdpa.forward(q, k, v, causal=causal, bias=bt, out=out))
-        for name in ("torch_efficient", "torch_cudnn"):
-            def run(be=TORCH_BACKENDS[name]):
-                with sdpa_kernel(be):
-                    F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
-            rec[name] = tflops(run)
-        rec["torch_flash"] = None  # FLASH takes no attn_mask
-    elif op == "fwd":
-        out = torch.empty_like(q)
-        rec["sdpa"] = tflops(lambda: sdpa.forward(q, k, v, causal=causal, dropout_p=dropout,
-                                                  seed=1, out=out))
+        rec["sdpa"] = tflops(fl, lambda: sdpa.forward(q, k, v, causal=causal, dropout_p=dropout,
+                                                      seed=1, out=out), label)
         for name, be in TORCH_BACKENDS.items():
             def run(be=be):
                 with sdpa_kernel(be):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=dropout)
-            rec[name] = tflops(run)
+            rec[name] = tflops(fl, run, label)
     else:
         out, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
         dout = torch.randn_like(out)
-        rec["sdpa"] = tflops(lambda: sdpa.backward(dout, q, k, v, out, lse, causal=causal))
+        rec["sdpa"] = tflops(fl, lambda: sdpa.backward(dout, q, k, v, out, lse, causal=causal),
+                             label)
         for name, be in TORCH_BACKENDS.items():
             try:
                 with sdpa_kernel(be):
@@ -93,20 +111,264 @@ def bench_one(op, b, s, h, d, causal, dropout=0.0, bias=False):
                 rec[name] = None
                 continue
             do = dout.transpose(1, 2)
-            rec[name] = tflops(lambda o=o, do=do: torch.autograd.grad(o, (qt, kt, vt), do,
-                                                                        retain_graph=True))
+            rec[name] = tflops(fl, lambda o=o, do=do: torch.autograd.grad(o, (qt, kt, vt), do,
+                                                                            retain_graph=True),
+                               label)
     return rec
+
+
+DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+# The largest max|sdpa - torch EFFICIENT| / max|torch EFFICIENT| a checked cell allows in any
+# output. Loose: two kernels round P, dS and the outputs differently (bf16 keeps 8 bits),
+# while a wrong result (a bias or dbias tile missing, a tile left unwritten) lands near 1.
+TOLERANCE = {"bf16": 5e-2, "f32": 5e-3}
+
+
+def finite_or_none(x):
+    return None if x is None or math.isnan(x) else x
+
+
+def max_abs(x, ref=None):
+    """max|x - ref| (max|x| without ref) in fp32; NaN if an element is not finite. One
+    slice of dim 0 at a time: a [4, 32, 4096, 4096] bias gradient whole would take 8 GiB
+    of fp32 temporaries."""
+    m = 0.0
+    for i in range(x.shape[0]):
+        a = x[i].float()
+        if ref is not None:
+            a = a - ref[i].float()
+        if not bool(torch.isfinite(a).all()):
+            return float("nan")
+        m = max(m, float(a.abs().max()))
+    return m
+
+
+def compare(outs, refs):
+    """{name: max|outs[name] - refs[name]|} and the largest max|out - ref| / max|ref|
+    over the names (NaN if anything is not finite)."""
+    diffs, rels = {}, []
+    for n, ref in refs.items():
+        diffs[n] = max_abs(outs[n], ref)
+        scale = max_abs(ref)
+        rels.append(diffs[n] / scale if scale > 0 else diffs[n])
+    return diffs, (float("nan") if any(math.isnan(r) for r in rels) else max(rels))
+
+
+def selected_kernel(q, k, v, kw):
+    """The kernel row sdpa.explain says the problem gets (its first line: "selected: <name>")."""
+    try:
+        first = sdpa.explain(q, k, v, **kw).splitlines()[0]
+    except Exception as e:
+        return f"explain failed: {type(e).__name__}: {str(e)[:80]}"
+    return first.split(": ", 1)[1] if first.startswith("selected: ") else first
+
+
+def bench_checked(op, b, s, h, d, causal, dtype, bias):
+    """One cell of the --bias / --f32 modes: op "fwd" or "bwd", recorded as fwd_bias,
+    bwd_bias, fwd_f32 or bwd_f32; bwd_bias asks sdpa for dbias and torch for the
+    gradient of its attn_mask. First one call each, compared; then the timing.
+    sdpa's outputs are NaN-poisoned before its first call, must come back finite and
+    agree with torch EFFICIENT's (the reference). torch CUDNN's (bias only) are checked
+    against EFFICIENT's too: a CUDNN that disagrees (e.g. one that leaves the bias
+    gradient out) is recorded None with a note, not timed."""
+    torch.manual_seed(0)
+    dt = DTYPES[dtype]
+    bwd = op == "bwd"
+    name = f"{op}_bias" if bias else f"{op}_{dtype}"
+    # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt, requires_grad=bwd)
+               for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+    rec = {"op": name, "dtype": dtype, "b": b, "s_q": s, "s_k": s, "h": h, "h_k": h, "d": d,
+           "causal": causal, "paged": 0, "dropout": 0.0,
+           # FLASH takes no attn_mask and no fp32; cuDNN no fp32
+           "torch_flash": None, "torch_cudnn": None}
+    fl = flops(op, b, h, s, s, d, causal)
+    label = f"{name} b={b} s={s} d={d} causal={int(causal)}"
+    tol = TOLERANCE[dtype]
+    kw, torch_kw = {"causal": causal}, {"is_causal": causal}
+    if bias:
+        bt = torch.randn(b, h, s, s, device="cuda", dtype=dt)
+        kw["bias"] = bt
+        # torch takes no attn_mask with is_causal: the causal -inf goes into its copy, made a
+        # leaf of its own so that torch's backward has no masked_fill to go back through
+        mask = bt
+        if causal:
+            tri = torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1)
+            mask = bt.masked_fill(tri, float("-inf"))
+        torch_kw = {"attn_mask": mask.detach().requires_grad_(bwd)}
+    problems = []
+
+    # ---- sdpa's first call, outputs poisoned
+    nan = float("nan")
+    run_sdpa = None
+    with torch.no_grad():  # sdpa.forward of tensors that require grad would go through autograd
+        try:
+            if bwd:
+                o_s, lse = sdpa.forward(q, k, v, return_lse=True, **kw)
+                outs = {n: torch.full_like(x, nan) for n, x in (("dq", q), ("dk", k), ("dv", v))}
+                if bias:
+                    outs["dbias"] = torch.full_like(bt, nan)
+                call = dict(kw, dq=outs["dq"], dk=outs["dk"], dv=outs["dv"],
+                            dbias=outs.get("dbias", False))
+                rec["sdpa_kernel"] = selected_kernel(q, k, v, dict(kw, backward=True,
+                                                                   dbias=call["dbias"]))
+                run = lambda: sdpa.backward(dout, q, k, v, o_s, lse, **call)  # noqa: E731
+            else:
+                outs = {"out": torch.full_like(q, nan)}
+                rec["sdpa_kernel"] = selected_kernel(q, k, v, kw)
+                run = lambda: sdpa.forward(q, k, v, out=outs["out"], **kw)  # noqa: E731
+            run()
+            torch.cuda.synchronize()
+            run_sdpa = run
+        except Exception as e:
+            problems.append(f"sdpa raised {type(e).__name__}: {str(e)[:160]}")
+            rec["sdpa"] = None
+
+    # ---- torch's first calls: EFFICIENT is the reference
+    def first_torch(be):
+        """One call of a torch backend: (its outputs under sdpa's names and layouts, the call to time)."""
+        with sdpa_kernel(be):
+            o = F.scaled_dot_product_attention(qt, kt, vt, **torch_kw)
+        if not bwd:
+            def fwd_call():
+                with sdpa_kernel(be):
+                    F.scaled_dot_product_attention(qt, kt, vt, **torch_kw)
+            return {"out": o.transpose(1, 2)}, fwd_call
+        wrt = (qt, kt, vt) + ((torch_kw["attn_mask"],) if bias else ())
+        do = dout.transpose(1, 2)
+
+        def bwd_call():
+            return torch.autograd.grad(o, wrt, do, retain_graph=True)
+        g = bwd_call()
+        res = {n: x.transpose(1, 2) for n, x in zip(("dq", "dk", "dv"), g)}
+        if bias:
+            res["dbias"] = g[3]
+        return res, bwd_call
+
+    refs, timed = None, {}
+    for bname in ("torch_efficient", "torch_cudnn") if bias else ("torch_efficient",):
+        try:
+            res, fn = first_torch(TORCH_BACKENDS[bname])
+            torch.cuda.synchronize()
+        except Exception as e:  # a backend that cannot run this problem
+            print(f"  ({label} {bname}: {type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
+            rec[bname] = None
+            continue
+        if bname == "torch_efficient":
+            refs = res
+        elif refs is not None:
+            _, rel = compare(res, refs)
+            rec[f"rel_diff_{bname[6:]}_vs_efficient"] = finite_or_none(rel)
+            if not rel <= tol:
+                rec[bname] = None
+                rec[bname + "_note"] = (f"not timed: its outputs disagree with torch EFFICIENT's "
+                                        f"(max|diff| / max|EFFICIENT| = {rel:.3g})")
+                print(f"  ({label} {bname}: {rec[bname + '_note']})", file=sys.stderr)
+                continue
+        timed[bname] = fn
+
+    # ---- the checks
+    if run_sdpa is not None:
+        bad = [n for n, x in outs.items() if math.isnan(max_abs(x))]
+        if bad:
+            problems.append("sdpa's " + ", ".join(bad) + " not finite after its first call "
+                            "(poisoned with NaN before it)")
+        if refs is not None:
+            diffs, rel = compare(outs, refs)
+            rec["max_abs_diff_vs_efficient"] = {n: finite_or_none(x) for n, x in diffs.items()}
+            rec["rel_diff_vs_efficient"] = finite_or_none(rel)
+            if not rel <= tol:
+                problems.append(f"max|sdpa - torch EFFICIENT| / max|EFFICIENT| = {rel:.3g} "
+                                f"> {tol} (" + ", ".join(f"{n} {x:.3g}" for n, x in diffs.items())
+                                + ")")
+    checked = refs is not None
+    refs = res = None  # the first calls' outputs: free before the timing
+
+    # ---- timing
+    if run_sdpa is not None:
+        rec["sdpa"] = tflops(fl, run_sdpa, f"{label} sdpa", scaled_time_ms)
+        if rec["sdpa"] is None:
+            problems.append("sdpa raised while timed")
+    for bname, fn in timed.items():
+        rec[bname] = tflops(fl, fn, f"{label} {bname}", scaled_time_ms)
+    if problems:
+        rec["check"] = "FAIL: " + "; ".join(problems)
+    else:
+        rec["check"] = "ok" if checked else "unchecked: torch EFFICIENT did not run"
+    return rec
+
+
+def run_checked(gpu, ops, bias):
+    """The --bias (bf16) or --f32 mode: ops x d {64, 128, 256} x causal x s {1024, 4096},
+    b*s = 16k, h*d = 2048; one results file (suffix -bias / -f32) and its markdown
+    rewritten after every cell. Exits 1 if any cell failed its check."""
+    dtype = "bf16" if bias else "f32"
+    suffix = "-bias" if bias else "-f32"
+    others = ["torch_efficient", "torch_cudnn"] if bias else ["torch_efficient"]
+    if not bias:
+        # no TF32 in torch's own fp32 math (none of it is timed: EFFICIENT's fp32 kernels run
+        # 3xTF32 whatever these say); recorded in the results file
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    cols = (["op", "d", "causal", "s_q", "b", "h", "sdpa"] + others +
+            ["x_" + n.split("_", 1)[1] for n in others] +
+            ["rel_diff_vs_efficient", "check", "sdpa_kernel"])
+    what = ("bf16, full [b, h, s, s] bias, bwd_bias with dbias" if bias else
+            "fp32; torch EFFICIENT runs 3xTF32 on the tensor cores")
+    extra = {"torch": torch.__version__,
+             "allow_tf32": {"cuda_matmul": torch.backends.cuda.matmul.allow_tf32,
+                            "cudnn": torch.backends.cudnn.allow_tf32},
+             "tolerance": TOLERANCE[dtype],
+             "columns": cols, "ratio_of": others,
+             "title": f"TFLOP/s ({what}), x_* = sdpa / torch backend; rel_diff = "
+                      f"max|sdpa - EFFICIENT| / max|EFFICIENT| over the outputs of the first call"}
+    records, failed = [], []
+    for op in ops:
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                for s in (1024, 4096):
+                    rec = bench_checked(op, 16384 // s, s, 2048 // d, d, causal, dtype, bias)
+                    records.append(rec)
+                    # rewritten after every cell: a run cut short keeps what it measured
+                    path = write_results(gpu, records, suffix=suffix, extra=extra)
+                    table = render_markdown(path)
+                    torch.cuda.empty_cache()
+                    cell = f"{rec['op']} d={d} causal={int(causal)} s={s}"
+                    if rec["check"].startswith("FAIL"):
+                        failed.append(f"{cell}: {rec['check']}")
+                    rel = rec.get("rel_diff_vs_efficient")
+                    print(f"{cell}: " + ", ".join(
+                        f"{n}=" + ("-" if rec.get(n) is None else f"{rec[n]:.1f}")
+                        for n in ["sdpa"] + others) +
+                        f", rel_diff {'-' if rel is None else f'{rel:.1e}'}, {rec['check']}",
+                        flush=True)
+    print(table)
+    print("wrote", path)
+    if failed:
+        print(f"{len(failed)} cell(s) FAILED their check:", *failed, sep="\n  ")
+        sys.exit(1)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", default="fwd")
+    ap.add_argument("--ops", default=None,
+                    help="fwd, bwd or fwd,bwd (default fwd; fwd,bwd with --bias or --f32)")
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
     ap.add_argument("--dropout", type=float, default=0.0,
                     help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
     ap.add_argument("--bias", action="store_true",
-                    help="forward with a full bf16 bias, s in {1024, 4096}")
+                    help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
+    ap.add_argument("--f32", action="store_true",
+                    help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
     args = ap.parse_args()
+    if args.bias and args.f32:
+        ap.error("--bias and --f32: one mode a run (one results file each)")
+    ops = (args.ops or ("fwd,bwd" if args.bias or args.f32 else "fwd")).split(",")
+    if any(op not in ("fwd", "bwd") for op in ops):
+        ap.error(f"--ops {args.ops}: expected fwd, bwd or fwd,bwd")
     gpu = torch.cuda.get_device_name()
     seqs = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     records = []
@@ -121,27 +383,10 @@ def main():
                       f"torch_flash {pair[0]['torch_flash'] or 0:.0f} -> {pair[1]['torch_flash'] or 0:.0f}",
                       flush=True)
         return
-    if args.bias:
-        for d in (64, 128, 256):
-            for causal in (False, True):
-                for s in (1024, 4096):
-                    rec = bench_one("fwd", 16384 // s, s, 2048 // d, d, causal, bias=True)
-                    records.append(rec)
-                    write_results(gpu, records, suffix="-bias")
-                    torch.cuda.empty_cache()
-                    print(f"fwd_bias d={d} causal={int(causal)} s={s}: " + ", ".join(
-                        f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", "torch_efficient",
-                                                              "torch_cudnn")), flush=True)
-        cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_efficient", "torch_cudnn",
-                "x_efficient", "x_cudnn"]
-        table = markdown_table(with_ratios(records, others=("torch_efficient", "torch_cudnn")), cols)
-        path = write_results(gpu, records, suffix="-bias")
-        with open(path[:-5] + ".md", "w") as f:
-            f.write(f"# {gpu}, TFLOP/s (bf16, full bias), x_* = sdpa / torch backend\n\n{table}\n")
-        print(table)
-        print("wrote", path)
+    if args.bias or args.f32:
+        run_checked(gpu, ops, bias=args.bias)
         return
-    for op in args.ops.split(","):
+    for op in ops:
         for d in (64, 128, 256):
             for causal in (False, True):
                 for s in seqs:
@@ -152,12 +397,8 @@ def main():
                     write_results(gpu, records)
                     print(f"{op} d={d} causal={int(causal)} s={s}: " + ", ".join(
                         f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", *TORCH_BACKENDS)), flush=True)
-    cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
-            "torch_efficient", "x_flash", "x_cudnn"]
-    table = markdown_table(with_ratios(records), cols)
     path = write_results(gpu, records)
-    with open(path[:-5] + ".md", "w") as f:
-        f.write(f"# {gpu}, TFLOP/s (bf16), x_* = sdpa / torch backend\n\n{table}\n")
+    table = render_markdown(path)
     print(table)
     print("wrote", path)
 

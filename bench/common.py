@@ -74,7 +74,10 @@ def markdown_table(records, cols):
             if v is None:
                 cells.append("-")
             elif isinstance(v, float):
-                cells.append(f"{v:.2f}" if c.startswith(("x_", "ratio")) else f"{v:.1f}")
+                if c.startswith(("rel_", "max_abs")):  # error measures, 1e-6 .. 1
+                    cells.append(f"{v:.1e}")
+                else:
+                    cells.append(f"{v:.2f}" if c.startswith(("x_", "ratio")) else f"{v:.1f}")
             else:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
@@ -93,12 +96,26 @@ def with_ratios(records, base="sdpa", others=("torch_flash", "torch_cudnn")):
     return out
 
 
+# The columns of bench.py's default grid; a run of another mode stores its own
+# ("columns", "ratio_of", "title" in the results file) so that a re-render matches it.
+DEFAULT_COLUMNS = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
+                   "torch_efficient", "x_flash", "x_cudnn"]
+
+
+def render_markdown(json_path):
+    """Writes the markdown table of a results file beside it (same name, .md) and
+    returns the table."""
+    with open(json_path) as f:
+        doc = json.load(f)
+    others = tuple(doc.get("ratio_of", ("torch_flash", "torch_cudnn")))
+    table = markdown_table(with_ratios(doc["records"], others=others),
+                           doc.get("columns", DEFAULT_COLUMNS))
+    title = doc.get("title", "TFLOP/s (bf16), x_* = sdpa / torch backend")
+    with open(json_path[:-5] + ".md", "w") as f:
+        f.write(f"# {doc['gpu']} {doc['date']} commit {doc['commit']}: {title}\n\n{table}\n")
+    return table
+
+
 if __name__ == "__main__":
     # python3 bench/common.py <results.json>: re-render the markdown table beside it
-    import json as _json
-    doc = _json.load(open(sys.argv[1]))
-    cols = ["op", "d", "causal", "s_q", "b", "h", "sdpa", "torch_flash", "torch_cudnn",
-            "torch_efficient", "x_flash", "x_cudnn"]
-    with open(sys.argv[1][:-5] + ".md", "w") as f:
-        f.write(f"# {doc['gpu']} {doc['date']} commit {doc['commit']}: TFLOP/s (bf16), "
-                f"x_* = sdpa / torch backend\n\n{markdown_table(with_ratios(doc['records']), cols)}\n")
+    render_markdown(sys.argv[1])
