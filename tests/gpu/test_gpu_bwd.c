@@ -15,7 +15,7 @@
  *   test_gpu_bwd --small    one small problem per head-dim bucket and dtype
  *                           (for compute-sanitizer)
  *   test_gpu_bwd --bench    timing: bf16, b*s = 16k, h*d = 2048, s = 4096,
- *                           d = 64 / 128, causal off / on, atomic and
+ *                           d = 64 / 128 / 256, causal off / on, atomic and
  *                           deterministic dQ, dropout 0.1; TFLOP/s counts 2.5x
  *                           forward FLOPs
  */
@@ -330,11 +330,11 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 static void bench(void) {
-  const int64_t ds[2] = {64, 128};
+  const int64_t ds[3] = {64, 128, 256};
   printf("bwd timing (bf16, b*s = 16k, h*d = 2048, median of 20; TFLOP/s = 2.5 x fwd FLOPs)\n");
   printf("%5s %6s %4s %4s %7s %13s %13s %13s\n", "d", "s", "h", "b", "causal", "atomic", "deterministic",
          "dropout 0.1");
-  for (int di = 0; di < 2; ++di)
+  for (int di = 0; di < 3; ++di)
     for (int causal = 0; causal < 2; ++causal) {
       const int64_t d = ds[di], s = 4096, h = 2048 / d, b = 16384 / s;
       const int64_t shp[4] = {b, s, h, d}, sl[3] = {b, h, s};
