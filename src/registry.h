@@ -38,7 +38,8 @@ enum {
   SDPA_FEAT_DBIAS = 1u << 14,
   SDPA_FEAT_SPLITKV = 1u << 15,   /* num_splits > 1 forced */
   SDPA_FEAT_SEQUSED = 1u << 16,   /* seqused_k */
-  SDPA_FEAT_ALL = (1u << 17) - 1u
+  SDPA_FEAT_DBIAS_SUM = 1u << 17, /* dbias summed over a broadcast dim (extent 1 of b, h or s_q > 1) */
+  SDPA_FEAT_ALL = (1u << 18) - 1u
 };
 
 #define SDPA_DT_F32 (1u << SDPA_DTYPE_F32)

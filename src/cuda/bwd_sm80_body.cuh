@@ -8,6 +8,11 @@
  *   SDPA_BLOCK_M      query rows per inner step (multiple of 32)
  *   SDPA_BLOCK_N      keys per block (16 per key group of warps)
  *   SDPA_WARPS        warps per block = (BLOCK_N / 16) key groups x d splits
+ *   SDPA_BWD_BIAS     0: the row's instance (plain and score-feature kernels),
+ *                     1: its _bias sibling, to which the row's run function
+ *                     hands problems with a bias (the bias kernels; BLOCK_M
+ *                     halved where the bias tiles would not fit in shared
+ *                     memory, i.e. d = 128)
  * and includes this file, which defines the kernels below and
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
@@ -34,9 +39,16 @@
  *         compute S and dP redundantly and split the columns of dK / dV, so
  *         the accumulators fit in registers without spilling.
  *   post  dQ = scale * accumulator, in the input dtype.
- * The main kernel comes in four compilations of one body (bwd_body): with or
- * without the score features (softcap, alibi, dropout) and deterministic or
- * not, so the common case carries no code or registers for the others.
+ * The main kernel comes in six compilations of one body (bwd_body): plain,
+ * with the score features (softcap, alibi, dropout), or with those and an
+ * additive bias (+ dbias, the _bias instance), each deterministic or not, so
+ * the common case carries no code or registers for the others. The bias
+ * kernels stage each step's [BM, BN] bias tile in shared memory beside Q and
+ * dO (cp.async, double-buffered) and read it in the S^T fragment layout by
+ * ldmatrix.trans; dbias (= dS before the softcap derivative: the gradient of
+ * the post-softcap score) gathers in a shared [BM, BN] tile written out by
+ * whole rows after each step, and the dbias tiles that the masks skip are
+ * zeroed.
  * Deterministic mode: block x of a (kv head, batch) owns dQ slice x alone
  * and walks key blocks x, x + n, ... in order (n from bwd_det_splits); post
  * adds the slices in order. Every dQ element is then a sum in a fixed order,
@@ -70,6 +82,10 @@
 #define SDPA_KFEAT SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_kernel)
 #define SDPA_KMAIN_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _det_kernel)
 #define SDPA_KFEAT_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_det_kernel)
+#define SDPA_BIAS_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _bias_run)
+#ifndef SDPA_BWD_BIAS
+#define SDPA_BWD_BIAS 0
+#endif
 #define SDPA_KPOST SDPA_BPASTE(SDPA_KERNEL_NAME, _post)
 #define SDPA_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_WS SDPA_BPASTE(SDPA_KERNEL_NAME, _workspace)
@@ -86,9 +102,14 @@
 #endif
 
 /* ---- geometry ---------------------------------------------------------------- */
+/* Shared memory of a block of bm-query steps: Q, dO double-buffered, K, V,
+ * dS^T, lse2 / D, and (bias instance) two bias tiles. */
+#define SDPA_BWD_SMEM(bm)                                                              \
+  (4 * (bm) * SDPA_HDIM * 2 + 2 * SDPA_BLOCK_N * SDPA_HDIM * 2 + SDPA_BLOCK_N * (bm) * 2 + \
+   16 * (bm) + (SDPA_BWD_BIAS ? 6 * (bm) * SDPA_BLOCK_N : 0))
 enum {
   HD = SDPA_HDIM,
-  BM = SDPA_BLOCK_M,
+  BM = SDPA_BWD_BIAS && SDPA_BWD_SMEM(SDPA_BLOCK_M) > 227 * 1024 ? SDPA_BLOCK_M / 2 : SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
@@ -120,13 +141,21 @@ enum {
   OFF_V = OFF_K + SM_KV,
   OFF_S = OFF_V + SM_KV, /* dS^T [BN][BM] */
   OFF_L = OFF_S + SM_S,  /* lse2 [2][BM], then D [2][BM] (fp32) */
-  SMEM_BYTES = OFF_L + 4 * BM * 4
+  OFF_B = OFF_L + 4 * BM * 4, /* bias instance: bias [2][BM][BN], then dbias [BM][BN] */
+  BCH = BN / 8,          /* 16-byte chunks per bias row */
+  BCH8 = BCH & ~7,
+  SM_B = BM * BN * 2,
+  OFF_DB = OFF_B + 2 * SM_B,
+  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0)
 };
+static_assert(SMEM_BYTES == SDPA_BWD_SMEM(BM), "shared-memory layout and its size formula agree");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 
 static_assert(HD % 32 == 0 && HD <= 256, "head-dim bucket must be a multiple of 32, <= 256");
 static_assert(BN % 16 == 0 && KW * DS == NWARPS && HDW % 16 == 0, "warps = key groups x d splits");
 static_assert(BM % 32 == 0 && NWARPS % QT == 0, "query block must split over the warps");
 static_assert(HD % CW == 0 && DQT % 2 == 0, "dQ chunks");
+static_assert(NTHREADS % BN == 0, "dbias zeroing: whole rows of a key block per pass");
 
 /* Physical chunk of logical chunk c in a shared row r of cpr chunks (XOR
  * swizzle in groups of 8, the remainder in a group of 4): every ldmatrix phase
@@ -240,11 +269,98 @@ __device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_
   return bits;
 }
 
+/* The bias tile of one step (queries m0 .. m0 + BM - 1, keys n0 .. n0 + BN -
+ * 1 of head hh) into shared memory at sb: [BM][BN] 16-bit, chunks swizzled
+ * by bswz, zero past sq / sk. By cp.async when every bias row is 16-byte
+ * aligned (aligned), else by plain loads and shared stores; either is seen
+ * by the block after the next wait + __syncthreads. */
+__device__ __forceinline__ void bwd_bias_tile(uint32_t sb, const sdpa_problem *p, int b, int hh,
+                                              int m0, int n0, int sq, int sk, int aligned, int tid) {
+  const uint16_t *g = (const uint16_t *)p->bias + b * p->bias_sb + hh * p->bias_sh + n0;
+#pragma unroll 1
+  for (int k = tid; k < BM * BCH; k += NTHREADS) {
+    const int r = k / BCH, c = k % BCH;
+    const int left = sk - n0 - c * 8;
+    const int n = m0 + r < sq && left > 0 ? (left < 8 ? left : 8) : 0; /* valid elements */
+    const uint16_t *src = g + (int64_t)(m0 + r) * p->bias_sq + c * 8;
+    const uint32_t dst = sb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16);
+    if (aligned) {
+      cp_async_16(dst, n ? (const void *)src : p->bias, 2 * n);
+    } else {
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      for (int e = 0; e < n; ++e) w[e >> 1] |= (uint32_t)src[e] << (16 * (e & 1));
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]),
+                   "r"(w[2]), "r"(w[3]));
+    }
+  }
+}
+
+/* This warp's bias values of sub-step qh from the tile at sb, in the S^T
+ * accumulator layout: bv[nq][hf] holds (key kw 16 + g + 8 hf; queries qh QS +
+ * 8 nq + 2 t, + 1) in its low / high 16 bits. ldmatrix.trans of an 8 x 8
+ * block (rows = queries, columns = keys) hands lane (g, t) exactly rows 2 t,
+ * 2 t + 1 of column g: two x4 loads a sub-step. */
+__device__ __forceinline__ void bwd_bias_frag(uint32_t (*bv)[2], uint32_t sb, int qh, int kw,
+                                              int lane, int x7, int x3) {
+  const int m = lane >> 3;
+#pragma unroll
+  for (int a = 0; a < NQ; a += 2) {
+    const int r = qh * QS + 8 * (a + (m >> 1)) + (lane & 7);
+    uint32_t x[4];
+    ldmatrix_x4_trans(x, sb + (uint32_t)((r * BCH + bswz_lane(kw * 2 + (m & 1), BCH, BCH8, x7, x3)) * 16));
+    bv[a][0] = x[0], bv[a][1] = x[1], bv[a + 1][0] = x[2], bv[a + 1][1] = x[3];
+  }
+}
+
+/* The step's dbias tile (shared, [BM][BN] as the bias tile; rows m0 ..,
+ * keys n0 .. of head hh) out to global memory: 16-byte stores when dbias's
+ * rows are 16-byte aligned (dbias_aligned), else 16-bit ones; only i < sq,
+ * j < sk. A warp covers whole rows: its stores are coalesced (the earlier
+ * form, 16-bit stores from the score registers, cost 10-30%; bench/NOTES.md). */
+__device__ __forceinline__ void bwd_dbias_out(uint32_t sdb, const sdpa_problem *p, int b, int hh,
+                                              int m0, int n0, int sq, int sk, int dbias_aligned,
+                                              int tid) {
+  uint16_t *g = (uint16_t *)p->dbias + b * p->dbias_sb + hh * p->dbias_sh + n0;
+#pragma unroll 1
+  for (int k = tid; k < BM * BCH; k += NTHREADS) {
+    const int r = k / BCH, c = k % BCH, left = sk - n0 - c * 8;
+    if (m0 + r >= sq || left <= 0) continue;
+    uint32_t w[4];
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "r"(sdb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16)));
+    uint16_t *dst = g + (int64_t)(m0 + r) * p->dbias_sq + c * 8;
+    if (dbias_aligned && left >= 8) {
+      *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      for (int e = 0; e < 8 && e < left; ++e) dst[e] = (uint16_t)(w[e >> 1] >> (16 * (e & 1)));
+    }
+  }
+}
+
+/* Zero dbias rows [i0, i1) x keys [j0, j1) (j1 - j0 <= BN) of head hh: the
+ * tiles of a key block that the masks keep it from visiting (dbias is the
+ * caller's buffer, and a masked element's gradient is 0). */
+__device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int hh, int i0, int i1,
+                                               int j0, int j1, int tid) {
+  uint16_t *base = (uint16_t *)p->dbias + b * p->dbias_sb + hh * p->dbias_sh;
+  const int j = j0 + tid % BN;
+  if (j >= j1) return;
+#pragma unroll 1
+  for (int i = i0 + tid / BN; i < i1; i += NTHREADS / BN) base[(int64_t)i * p->dbias_sq + j] = 0;
+}
+
 /* P and dS of one sub-step, in place: ss (S^T, this warp's 16 keys x QS
  * queries) becomes P times keep / (1 - p) (the dV operand) and sp (dP^T)
  * becomes dS = P (dP keep / (1 - p) - D) (times 1 - tanh^2 under softcap).
  * Lane (g, t); key of element (nq, e): j_lo + g + 8 (e >> 1); query:
- * q0 + 8 nq + 2 t + (e & 1); keep_bits from bwd_keep_bits when drop. softcap, alibi, drop and mask are literals at
+ * q0 + 8 nq + 2 t + (e & 1); keep_bits from bwd_keep_bits when drop. With
+ * bias, bv from bwd_bias_frag is added after softcap, before alibi; with
+ * dbias, dS before the softcap derivative goes to the shared dbias tile at
+ * sdb (bwd_dbias_out writes it out; rows r0 + .., chunks c0 + ..; 0 = none:
+ * also in the warps of d splits past the first, which hold the same dS).
+ * softcap, alibi,
+ * drop, mask and bias are literals at
  * each call site, so each call compiles to its own code: the plain unmasked
  * form is one FFMA, one MUFU, one FADD and two FMULs an element (the
  * run-time tests it replaces cost about 20 instructions an element;
@@ -253,8 +369,9 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
                                          const sdpa_bwd_sm80_params *prm, const float *lse_t,
                                          const float *dd_t, int b, int hh, int j_lo, int q0,
                                          int lane, int sq, int sk, int off, uint32_t keep_bits,
+                                         const uint32_t (*bv)[2], uint32_t sdb, int r0, int c0,
                                          const int softcap, const int alibi, const int drop,
-                                         const int mask) {
+                                         const int mask, const int bias) {
   const sdpa_problem *p = &prm->p;
   const int g = lane >> 2, t = lane & 3;
   const float slope2 = alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
@@ -274,8 +391,9 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
       const int j = j_lo + g + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
       const float l = (e & 1) ? l2.y : l2.x;
       float pr, deriv = 1.f;
+      const float bf = bias ? SDPA_TO_F32(bv[nq][e >> 1] >> (16 * (e & 1))) : 0.f;
       if (!softcap && !alibi) {
-        pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, -l));
+        pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, bias ? fmaf(bf, SDPA_LOG2E, -l) : -l));
       } else {
         float x = ss[nq][e] * prm->score_mul;
         if (softcap) {
@@ -283,6 +401,7 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
           deriv = 1.f - th * th;
           x = th * prm->softcap_post;
         }
+        if (bias) x = fmaf(bf, SDPA_LOG2E, x);
         if (alibi) x -= slope2 * fabsf((float)(dj + off - (sk - sq)));
         pr = fast_exp2(x - l);
       }
@@ -294,6 +413,11 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
         pk *= keep;
       }
       const float dsv = pr * (dpv - ((e & 1) ? d2.y : d2.x));
+      if (bias && sdb) {
+        const int r = r0 + nq * 8 + 2 * t + (e & 1), c = c0 + (e >> 1);
+        const uint32_t a = sdb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16 + g * 2);
+        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(a), "h"((unsigned short)SDPA_PACK(dsv, 0.f)));
+      }
       sp[nq][e] = softcap ? dsv * deriv : dsv;
       ss[nq][e] = pk;
     }
@@ -373,7 +497,8 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
 /* feat and det are literals at each kernel. feat 0 compiles only the plain
- * score path (masks, no softcap / alibi / dropout), 1 the general one; det 1
+ * score path (masks, no softcap / alibi / dropout), 1 the general one, 2 the
+ * general one with the bias (+ dbias); det 1
  * walks this block's key blocks (deterministic mode), det 0 does one. Four
  * kernels keep the common one's registers and code free of what it does not
  * use (d = 128 is at 255 registers; bench/NOTES.md). */
@@ -436,6 +561,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       const int hh = hk * group, m0 = m_lo * BM;
       bwd_load_tile(s_base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid);
       bwd_load_tile(s_base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid);
+      if (feat == 2) bwd_bias_tile(s_base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
       if (tid < BM) {
         const int valid = m0 + tid < sq;
         const int64_t r = hh * prm->total_q + m0 + tid;
@@ -466,6 +592,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
                       sq - m02, d, tid);
         bwd_load_tile(s_base + OFF_DO + (cur ^ 1) * SM_Q, do_b + m02 * dss + hh2 * dsh, dss, BM,
                       sq - m02, d, tid);
+        if (feat == 2)
+          bwd_bias_tile(s_base + OFF_B + (cur ^ 1) * SM_B, p, b, hh2, m02, n0, sq, sk,
+                        prm->bias_aligned, tid);
         cp_async_commit();
         if (tid < BM && m02 + tid < sq) {
           const int64_t r = hh2 * prm->total_q + m02 + tid;
@@ -482,6 +611,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       const uint32_t keep_bits = feat && prm->has_dropout
                                      ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
                                      : 0u;
+      const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
+                       (int64_t)n0 + BN - 1 - m0 <= whi;
+      uint32_t bv[NQ][2];
+      if (feat == 2) bwd_bias_frag(bv, s_base + OFF_B + cur * SM_B, qh, kw, lane, x7, x3);
       /* dP^T = V dO^T and S^T = K Q^T for this warp's 16 keys x QS queries */
       float sp[NQ][4], ss[NQ][4];
       gemm_rows_by_queries(sp, v_lane, a_hi, s_do + qrow + (uint32_t)(b_row * CPR * 16), b_hi, x7, x3);
@@ -491,16 +624,29 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
          unmasked tiles, by far the most common, get their own straight-line
          instance (feature flags as literals) */
       {
-        const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
-                         (int64_t)n0 + BN - 1 - m0 <= whi;
         const float *lse_t = s_lse + cur * BM + qh * QS, *dd_t = s_dd + cur * BM + qh * QS;
         if (!feat && full)
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, 0, 0, 0, 0);
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, 0u, 0, 0,
+                   0, 0, 0, 0, 0);
         else if (!feat)
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, 0, 0, 0, 1);
-        else
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
-                   keep_bits, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full);
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, 0u, 0, 0,
+                   0, 0, 0, 1, 0);
+        else if (feat == 1)
+          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, NULL,
+                   0u, 0, 0, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, 0);
+        else {
+          const uint32_t sdb = ds == 0 && prm->has_dbias ? s_base + OFF_DB : 0u;
+          const int r0 = qh * QS, c0 = kw * 2;
+          if (prm->has_softcap || prm->has_alibi || prm->has_dropout)
+            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv,
+                     sdb, r0, c0, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, 1);
+          else if (full) /* bias only: the plain forms plus the bias */
+            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, sdb,
+                     r0, c0, 0, 0, 0, 0, 1);
+          else
+            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, sdb,
+                     r0, c0, 0, 0, 0, 1, 1);
+        }
       }
 
       /* dV += Pdrop^T dO, dK += dS^T Q (this warp's columns) */
@@ -522,6 +668,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       }
       }
       __syncthreads();
+      if (feat == 2 && prm->has_dbias)
+        bwd_dbias_out(s_base + OFF_DB, p, b, hh, m0, n0, sq, sk, prm->dbias_aligned, tid);
 
       /* dQ[BM, HD] += dS K: warp = (row tile, column group), CW columns at a time */
       {
@@ -570,6 +718,20 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     }
   }
 
+  /* dbias of the query blocks this key block skips (masks) is zero */
+  if (feat == 2 && prm->has_dbias && n0 < sk) {
+    const int j1 = n0 + BN < sk ? n0 + BN : sk;
+#pragma unroll 1
+    for (int hh = hk * group; hh < (hk + 1) * group; ++hh) {
+      if (nm == 0) {
+        bwd_dbias_zero(p, b, hh, 0, sq, n0, j1, tid);
+      } else {
+        bwd_dbias_zero(p, b, hh, 0, m_lo * BM, n0, j1, tid);
+        bwd_dbias_zero(p, b, hh, (m_hi + 1) * BM, sq, n0, j1, tid);
+      }
+    }
+  }
+
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -594,31 +756,37 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   } /* key blocks */
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    SDPA_KMAIN(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  bwd_body(&prm, 0, 0);
-}
-
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    SDPA_KFEAT(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  bwd_body(&prm, 1, 0);
-}
-
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    SDPA_KMAIN_DET(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  bwd_body(&prm, 0, 1);
-}
-
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    SDPA_KFEAT_DET(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  bwd_body(&prm, 1, 1);
-}
+/* One kernel of the body, its form (0 plain, 1 score features, 2 bias) and
+ * det as literals. */
+#define SDPA_BWD_KERNEL_DEF(name, form, det)                                             \
+  extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                              \
+      name(const __grid_constant__ sdpa_bwd_sm80_params prm) {                           \
+    bwd_body(&prm, form, det);                                                           \
+  }
+#if SDPA_BWD_BIAS
+SDPA_BWD_KERNEL_DEF(SDPA_KMAIN, 2, 0)
+SDPA_BWD_KERNEL_DEF(SDPA_KMAIN_DET, 2, 1)
+#else
+SDPA_BWD_KERNEL_DEF(SDPA_KMAIN, 0, 0)
+SDPA_BWD_KERNEL_DEF(SDPA_KFEAT, 1, 0)
+SDPA_BWD_KERNEL_DEF(SDPA_KMAIN_DET, 0, 1)
+SDPA_BWD_KERNEL_DEF(SDPA_KFEAT_DET, 1, 1)
+#endif
+#undef SDPA_BWD_KERNEL_DEF
 
 /* ---- host --------------------------------------------------------------------------- */
 
-/* Indexed by 2 deterministic + features. */
-static void (*const SDPA_BWD_KERNELS[4])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN, SDPA_KFEAT,
-                                                                       SDPA_KMAIN_DET, SDPA_KFEAT_DET};
+/* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
+#if SDPA_BWD_BIAS
+enum { NKERNELS = 2 };
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN,
+                                                                              SDPA_KMAIN_DET};
+#else
+enum { NKERNELS = 4 };
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
+    SDPA_KMAIN, SDPA_KFEAT, SDPA_KMAIN_DET, SDPA_KFEAT_DET};
+extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
+#endif
 
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
@@ -636,7 +804,7 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   if (nkb > 0) {
     const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
     const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
-    const int k = 2 * (p->deterministic != 0) + feat;
+    const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
   if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
@@ -648,8 +816,16 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[4][64]; /* per kernel and device: smem limit raised */
+  static unsigned char smem_set[NKERNELS][64]; /* per kernel and device: smem limit raised */
+#if !SDPA_BWD_BIAS
+  if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
+#endif
   (void)row;
+  if (p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
+                   (p->dbias_nq == 1 && p->s_q > 1)))
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: dbias summed over a broadcast dim: expected a full "
+                     "[b, h, s_q, s_k] dbias (the registry routes the others)",
+                     SDPA_BSTR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
@@ -690,8 +866,13 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
+  prm.has_dbias = p->dbias != NULL;
+  prm.bias_aligned = p->bias && ((uintptr_t)p->bias & 15u) == 0 &&
+                     (p->bias_sb | p->bias_sh | p->bias_sq) % 8 == 0;
+  prm.dbias_aligned = p->dbias && ((uintptr_t)p->dbias & 15u) == 0 &&
+                      (p->dbias_sb | p->dbias_sh | p->dbias_sq) % 8 == 0;
 
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < NKERNELS; ++k)
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
                                     SDPA_BSTR(SDPA_KERNEL_NAME)));
 
@@ -730,6 +911,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_KFEAT
 #undef SDPA_KMAIN_DET
 #undef SDPA_KFEAT_DET
+#undef SDPA_BIAS_RUN
+#undef SDPA_BWD_BIAS
+#undef SDPA_BWD_SMEM
 #undef SDPA_KPOST
 #undef SDPA_RUN
 #undef SDPA_BWD_KERNELS

@@ -32,7 +32,9 @@ typedef struct sdpa_bwd_sm80_params {
   float drop_scale;    /* 1 / (1 - p) */
   int h_per_hk;        /* query heads per kv head */
   int wl, wr;          /* window, 2^30 when unbounded */
-  int has_softcap, has_alibi, has_dropout;
+  int has_softcap, has_alibi, has_dropout, has_dbias; /* (a bias selects the bias kernels) */
+  int bias_aligned;    /* bias base and strides 16-byte aligned: tiles by cp.async */
+  int dbias_aligned;   /* the same for dbias: rows out by 16-byte stores */
 } sdpa_bwd_sm80_params;
 
 typedef struct bwd_ws_layout {

@@ -23,10 +23,12 @@
    SDPA_FEAT_BIAS)
 
 /* What every sm80 backward row supports (added by "cudabwd"; the rest:
- * bias / dbias, d_v != d, unaligned rows, are refused). */
+ * d_v != d, unaligned rows, a dbias summed over a broadcast dim, are
+ * refused). A bias of any strides and a full dbias run in the row's bias
+ * kernel. */
 #define SDPA_BWD_SM80_FEATURES                                                           \
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
-   SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+   SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED | SDPA_FEAT_BIAS | SDPA_FEAT_DBIAS)
 
 /* What every decoding row supports (added by "decode": src/cuda/decode_*; the
  * rest: varlen, seqused_k, bias, dropout, probs, d_v != d, unaligned rows,

@@ -332,8 +332,8 @@ static int cmp_float(const void *a, const void *b) {
 static void bench(void) {
   const int64_t ds[3] = {64, 128, 256};
   printf("bwd timing (bf16, b*s = 16k, h*d = 2048, median of 20; TFLOP/s = 2.5 x fwd FLOPs)\n");
-  printf("%5s %6s %4s %4s %7s %13s %13s %13s\n", "d", "s", "h", "b", "causal", "atomic", "deterministic",
-         "dropout 0.1");
+  printf("%5s %6s %4s %4s %7s %13s %13s %13s %13s\n", "d", "s", "h", "b", "causal", "atomic",
+         "deterministic", "dropout 0.1", "bias+dbias");
   for (int di = 0; di < 3; ++di)
     for (int causal = 0; causal < 2; ++causal) {
       const int64_t d = ds[di], s = 4096, h = 2048 / d, b = 16384 / s;
@@ -364,10 +364,21 @@ static void bench(void) {
       bd.dv = sdpa_tensor_contiguous(buf[6], SDPA_DTYPE_BF16, 4, shp);
       bd.lse = sdpa_tensor_contiguous(buf[7], SDPA_DTYPE_F32, 3, sl);
       double flops = 4.0 * (double)(b * h * s) * (double)s * (double)d * 2.5 * (causal ? 0.5 : 1.0);
-      float med[3];
-      for (int det = 0; det < 3; ++det) { /* 2: dropout p = 0.1, not deterministic */
+      /* mode 3: a full [b, h, s, s] bias (zeros) and its gradient */
+      const int64_t bsh[4] = {b, h, s, s};
+      const size_t bias_bytes = (size_t)(b * h * s) * (size_t)s * 2;
+      void *bias = NULL, *dbias = NULL;
+      CUDA_OK(cudaMalloc(&bias, bias_bytes));
+      CUDA_OK(cudaMalloc(&dbias, bias_bytes));
+      CUDA_OK(cudaMemset(bias, 0, bias_bytes));
+      float med[4];
+      for (int det = 0; det < 4; ++det) { /* 2: dropout p = 0.1; 2, 3 not deterministic */
         bd.deterministic = det == 1;
         bd.attn.dropout_p = det == 2 ? 0.1f : 0.f;
+        if (det == 3) {
+          bd.attn.bias = sdpa_tensor_contiguous(bias, SDPA_DTYPE_BF16, 4, bsh);
+          bd.dbias = sdpa_tensor_contiguous(dbias, SDPA_DTYPE_BF16, 4, bsh);
+        }
         cudaEvent_t e0, e1;
         CUDA_OK(cudaEventCreate(&e0));
         CUDA_OK(cudaEventCreate(&e1));
@@ -388,10 +399,13 @@ static void bench(void) {
         CUDA_OK(cudaEventDestroy(e0));
         CUDA_OK(cudaEventDestroy(e1));
       }
-      printf("%5lld %6lld %4lld %4lld %7d %7.3f ms %4.0f %7.3f ms %4.0f %7.3f ms %4.0f\n", (long long)d,
-             (long long)s, (long long)h, (long long)b, causal, med[0], flops / med[0] / 1e9,
-             med[1], flops / med[1] / 1e9, med[2], flops / med[2] / 1e9);
+      printf("%5lld %6lld %4lld %4lld %7d %7.3f ms %4.0f %7.3f ms %4.0f %7.3f ms %4.0f %7.3f ms %4.0f\n",
+             (long long)d, (long long)s, (long long)h, (long long)b, causal, med[0],
+             flops / med[0] / 1e9, med[1], flops / med[1] / 1e9, med[2], flops / med[2] / 1e9,
+             med[3], flops / med[3] / 1e9);
       for (int n = 0; n < 8; ++n) CUDA_OK(cudaFree(buf[n]));
+      CUDA_OK(cudaFree(bias));
+      CUDA_OK(cudaFree(dbias));
     }
 }
 

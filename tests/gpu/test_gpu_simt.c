@@ -17,6 +17,12 @@
  * and must reproduce the first run bit for bit. out / lse for the backward
  * come from the CPU forward.
  *
+ * The bias section at the end runs the same checks through the registry's
+ * own choice (.expect: no attn.kernel, and explain must select that row):
+ * the sm80 backward's bias kernels (bias of every broadcast pattern with a
+ * full dbias, or without dbias; masks, softcap, alibi, dropout; atomic and
+ * deterministic), and a broadcast dbias routed to bwd_simt.
+ *
  *   test_gpu_simt            the whole matrix
  *   test_gpu_simt --small    a few small problems (for compute-sanitizer)
  */
@@ -35,7 +41,7 @@
 static test_rng rng;
 
 
-enum { BC_B = 1, BC_H = 2, BC_Q = 4 }; /* bias broadcast dims (bit 0 of .bias = on) */
+enum { BC_B = 8, BC_H = 2, BC_Q = 4 }; /* bias broadcast dims (bit 0 of .bias = on) */
 enum { MAX_BUFS = 32 };
 
 /* ---- buffers: a host copy and a device copy of the same bytes ------------------------- */
@@ -138,6 +144,9 @@ typedef struct scase {
   int64_t pad;   /* odd: unaligned rows */
   int packed;    /* q, k, v from one [b, s, h, 2d + d_v] buffer at element offset 1 */
   int probs;
+  const char *expect; /* backward: let the registry choose, and expect this row */
+  int atomic;         /* backward: deterministic = 0 (dq compared to the first run only
+                         within tolerance) */
 } scase;
 
 static scase mk(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t hk, int64_t sq,
@@ -425,7 +434,7 @@ static void run_bwd(const scase *c) {
          sdpa_dtype_string(c->dt), (long long)c->b, (long long)c->h, (long long)c->hk,
          (long long)c->sq, (long long)c->sk, (long long)c->d, (long long)c->dv,
          c->varlen ? " varlen" : "");
-  init_attn(&f, "bwd_simt");
+  init_attn(&f, c->expect ? NULL : "bwd_simt");
   build_inputs(c, &f, 1);
   build_modifiers(c, &f, 1);
 
@@ -446,7 +455,14 @@ static void run_bwd(const scase *c) {
   hb.dq = f.dq.h, hb.dk = f.dk.h, hb.dv = f.dv.h, hb.dbias = f.dbias.h;
   db.out = f.out.d, db.lse = f.lse.d, db.dout = f.dout.d;
   db.dq = f.dq.d, db.dk = f.dk.d, db.dv = f.dv.d, db.dbias = f.dbias.d;
-  db.deterministic = 1;
+  db.deterministic = !c->atomic;
+  if (c->expect) {
+    char buf[8192], want[96];
+    snprintf(want, sizeof want, "selected: %s\n", c->expect);
+    sdpa_status ex = sdpa_explain_bwd(&db, buf, sizeof buf);
+    TEST_EXPECT(ex == SDPA_OK && strncmp(buf, want, strlen(want)) == 0,
+                "%s: expected the registry to select %s:\n%s", c->name, c->expect, buf);
+  }
   sdpa_problem p;
   st = sdpa_validate_bwd(&hb, &p);
   if (!TEST_EXPECT(st == SDPA_OK, "%s: validate: %s", c->name, sdpa_last_error())) {
@@ -494,7 +510,8 @@ static void run_bwd(const scase *c) {
     pair *g[4] = {&f.dq, &f.dk, &f.dv, &f.dbias};
     void *first[4] = {NULL, NULL, NULL, NULL};
     const int ng = c->dbias ? 4 : 3;
-    for (int e = 0; e < ng; ++e) {
+    const int e0 = c->atomic ? 1 : 0; /* atomics add dq in any order: dk, dv, dbias must repeat */
+    for (int e = e0; e < ng; ++e) {
       first[e] = malloc(f.E.bytes[g[e]->buf]);
       memcpy(first[e], f.E.h[g[e]->buf], f.E.bytes[g[e]->buf]);
       CUDA_OK(cudaMemset(f.E.d[g[e]->buf], 0xff, f.E.bytes[g[e]->buf]));
@@ -510,7 +527,7 @@ static void run_bwd(const scase *c) {
     TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd with a workspace: %s", c->name, sdpa_last_error());
     CUDA_OK(cudaDeviceSynchronize());
     int same = 1;
-    for (int e = 0; e < ng; ++e) {
+    for (int e = e0; e < ng; ++e) {
       CUDA_OK(cudaMemcpy(f.E.h[g[e]->buf], f.E.d[g[e]->buf], f.E.bytes[g[e]->buf],
                          cudaMemcpyDeviceToHost));
       if (memcmp(first[e], f.E.h[g[e]->buf], f.E.bytes[g[e]->buf]) != 0) same = 0;
@@ -532,6 +549,33 @@ static void run_bwd(const scase *c) {
 #define F16 SDPA_DTYPE_F16
 #define BF16 SDPA_DTYPE_BF16
 
+/* The bias through the registry: the sm80 backward's bias kernels for a full
+ * dbias (or none), across the head-dim rows, tile edges, masks (the skipped
+ * dbias tiles must come back zero: dbias is poisoned), every score feature,
+ * atomic and deterministic; a dbias summed over a broadcast dim goes to
+ * bwd_simt. */
+static void fast_bias(void) {
+  scase c;
+  c = mk("fb_full_causal", BF16, 2, 4, 2, 200, 260, 128, 128);
+  c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd128";
+  run_bwd(&c);
+  c = mk("fb_full_atomic", F16, 2, 2, 2, 150, 150, 128, 128);
+  c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128", run_bwd(&c);
+  c = mk("fb_bh_window", F16, 2, 4, 4, 130, 70, 64, 64), c.bias = 1 | BC_B | BC_H;
+  c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64", run_bwd(&c);
+  c = mk("fb_all_mods", BF16, 1, 4, 1, 90, 140, 256, 256);
+  c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2, c.dropout = 0.17f;
+  c.expect = "bwd_sm80_bf16_hd256", run_bwd(&c);
+  c = mk("fb_q_topleft", F16, 2, 2, 1, 100, 77, 96, 96), c.bias = 1 | BC_Q, c.causal = 1;
+  c.top_left = 1, c.expect = "bwd_sm80_f16_hd96", run_bwd(&c);
+  c = mk("fb_d32_atomic", BF16, 3, 2, 2, 65, 129, 32, 32), c.bias = 1, c.dbias = 1;
+  c.atomic = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd32", run_bwd(&c);
+  c = mk("fb_d192_gqa", F16, 1, 4, 2, 70, 70, 160, 160), c.bias = 1, c.dbias = 1;
+  c.wset = 1, c.wl = 9, c.wr = 30, c.softcap = 5.f, c.expect = "bwd_sm80_f16_hd192", run_bwd(&c);
+  c = mk("fb_dbias_bcast", BF16, 2, 2, 2, 40, 50, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
+  c.expect = "bwd_simt", run_bwd(&c);
+}
+
 static void small(void) {
   scase c;
   c = mk("small_bias_dropout_probs", F16, 2, 2, 1, 20, 37, 40, 40);
@@ -544,6 +588,8 @@ static void small(void) {
   run_bwd(&c);
   c = mk("small_varlen", BF16, 3, 4, 2, 20, 37, 130, 130), c.varlen = 1, c.causal = 1;
   run_bwd(&c);
+  c = mk("small_fast_bias", BF16, 1, 2, 1, 70, 150, 64, 64), c.bias = 1, c.bias_ninf = 1;
+  c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64", run_bwd(&c);
 }
 
 int main(int argc, char **argv) {
@@ -640,5 +686,6 @@ int main(int argc, char **argv) {
   c = mk("len1", F32, 1, 2, 2, 1, 1, 64, 64), run_fwd(&c), run_bwd(&c);
   c = mk("multi_block", BF16, 1, 4, 2, 200, 170, 128, 128), c.causal = 1, c.alibi = 1;
   c.dropout = 0.17f, run_fwd(&c), run_bwd(&c);
+  fast_bias();
   return test_summary();
 }
