@@ -5,8 +5,7 @@
  * CMake from an SDPA_TF32_KERNEL row of kernels.def) defines
  *   SDPA_KERNEL_NAME  token, e.g. fwd_tf32_hd128 (kernel and run function names)
  *   SDPA_DTYPE        F32 (the only one)
- *   SDPA_HDIM         head-dim bucket (padded tile width, multiple of 32; the
- *                     rows stop at 128: d = 256 spills, see kernels.def)
+ *   SDPA_HDIM         head-dim bucket (padded tile width, multiple of 32, <= 256)
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params)
@@ -33,10 +32,10 @@
  * each key tile
  * (BLOCK_N / 8 * 3 mma) into a zeroed 32-column tile added to O. Each chunk
  * is then off by ~1e-6 of its size, with signs that do not line up across
- * chunks. The softmax is the sm80 one in fp32: ex2.approx (~2 ulp) of one
- * FFMA of the score, relative error ~1e-6 where p matters; softcap's tanh
- * through ex2 / rcp.approx (absolute ~1e-7); the rescale factor is exactly 1
- * while a row max stays (see the main loop: 3e-5 at 32k keys otherwise).
+ * chunks. The softmax is the sm80 one (fwd_softmax.cuh), in fp32: ex2.approx
+ * (~2 ulp) of one FFMA of the score, relative error ~1e-6 where p matters;
+ * softcap's tanh through ex2 / rcp.approx (absolute ~1e-7); the rescale
+ * factor is exactly 1 while a row max stays (3e-5 at 32k keys otherwise).
  * Measured max |out - ref| / max |ref| against the fp64 oracle on N(0, 1)
  * inputs: ~1.5e-6 for 77 .. 32768 keys (test_gpu_tf32; contract 1e-5).
  *
@@ -59,16 +58,23 @@
  * x two chunks), so every phase of every load hits 32 distinct banks.
  *
  * Structure (as fwd_sm80_body.cuh): one block = BLOCK_M query rows of one
- * (batch, head); each warp owns BLOCK_M / WARPS rows (1 or 2 m16 tiles); Q,
+ * (batch, head); each warp owns BLOCK_M / WARPS rows (1 or 2 m16 tiles), or
+ * above d = 128 (DSPLIT = 2) a pair of warps shares 16 rows, both computing
+ * S and the softmax and each half of O's columns (O alone would take 128
+ * registers a row tile at d = 256); Q,
  * K and V tiles arrive by cp.async (zero-filled past d and past the sequence),
  * V of tile n loading under Q K^T of n and K of n+1 under P V of n; Q stays
  * in shared memory (fp32 Q fragments would take 2x the registers of the
  * 16-bit kernels) and is split per use; mask math only on boundary tiles;
- * key tiles no row of the block sees are skipped.
+ * key tiles no row of the block sees are skipped. What is not fp32-specific
+ * is shared with the 16-bit kernels: the block's geometry and the kernel
+ * parameters (fwd_sm80_common.cuh), the score modifiers and the online
+ * softmax (fwd_softmax.cuh, on the m16n8 accumulator layout both mma shapes
+ * use), the tile copies (tile_load.cuh) and the host launch (fwd_launch.cu);
+ * the tf32 primitives are in ptx_tf32.cuh.
  */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -77,7 +83,8 @@
 #include "../registry.h"
 #include "fwd_sm80_common.cuh"
 #include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh"
+#include "ptx_ldmatrix.cuh" /* smem_u32 */
+#include "ptx_tf32.cuh"
 
 #define SDPA_PASTE_(a, b) a##b
 #define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
@@ -87,20 +94,30 @@
 #define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
 
 /* ---- geometry ---------------------------------------------------------------- */
+typedef float tile_elem; /* what load_tile copies */
+
 enum {
   HD = SDPA_HDIM,            /* padded head dim of the tiles */
   BM = SDPA_BLOCK_M,         /* query rows per block */
   BN = SDPA_BLOCK_N,         /* keys per tile */
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
-  MW = BM / NWARPS,          /* query rows per warp */
+  /* warps that share a row group, each with 1 / DSPLIT of O's columns and
+   * the whole S (Q K^T done DSPLIT times): at d = 256 one row tile's O alone
+   * is 128 registers, and the whole of it spilled at every tile size */
+  DSPLIT = HD > 128 ? 2 : 1,
+  MW = BM * DSPLIT / NWARPS, /* query rows per warp */
   MT = MW / 16,              /* m16 tiles per warp */
   NT = BN / 8,               /* n8 tiles of S (and k8 steps of P V) */
   KS = HD / 16,              /* k16 steps of Q K^T (two k8 mma steps each) */
   KC = 4,                    /* k16 steps per S accumulation chunk (64 elements, 24 mma) */
-  DC = HD / 32,              /* 32-column groups of O */
+  DC = HD / 32 / DSPLIT,     /* 32-column groups of O per warp */
+  DT = DC * 4,               /* n8 tiles of O per warp: tile q of group dc is o[4 dc + q] */
   CPR = HD / 4,              /* 16-byte chunks per shared row */
-  LOAD_RPP = NTHREADS % CPR == 0 ? NTHREADS / CPR : 1, /* rows per tile-load pass */
+  EPC = 4,                   /* elements per chunk */
+  CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32, /* lanes per row in load_tile */
+  LOAD_RPP = NTHREADS / CPRP, /* rows per load pass */
+  LOAD_PLAIN = CPR > 32,     /* d = 256: a row is more chunks than a warp has lanes */
   SMEM_Q = BM * HD * 4,
   SMEM_KV = BN * HD * 4,
   SMEM_BYTES = SMEM_Q + 2 * SMEM_KV /* Q | K | V */
@@ -108,80 +125,33 @@ enum {
 
 static_assert(HD % 32 == 0 && HD <= 256, "head-dim bucket must be a multiple of 32, <= 256");
 static_assert(MW % 16 == 0 && (MT == 1 || MT == 2), "each warp owns 16 or 32 rows");
-static_assert(NTHREADS % CPR != 0 || (BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0),
+static_assert(NWARPS % DSPLIT == 0, "whole row groups of DSPLIT warps");
+static_assert(BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
 static_assert(BN % 8 == 0, "key tiles are whole n8 tiles");
 
-/* ---- primitives ---------------------------------------------------------------- */
+#include "fwd_softmax.cuh" /* reads MT, NT, DT */
 
-/* d += a * b, tf32 operands (the top 19 bits of each register), fp32 accumulators. */
-__device__ __forceinline__ void mma_m16n8k8_tf32(float *d, const uint32_t *a, const uint32_t *b) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+/* Component i of v (i a constant once unrolled). */
+__device__ __forceinline__ float f4_get(float4 v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* x = big + small: big = x rounded to tf32 (nearest, ties away from zero; an
- * integer add and mask: cvt.rna.tf32.f32 is four instructions), small = the
- * exact remainder. */
-__device__ __forceinline__ void tf32_split(float x, uint32_t *big, uint32_t *small) {
-  const uint32_t b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  *big = b;
-  *small = __float_as_uint(x - __uint_as_float(b));
-}
-
-/* d += a * b in 3xTF32 (a = ah + al, b = bh + bl): the small products first. */
-__device__ __forceinline__ void mma_3xtf32(float *d, const uint32_t *ah, const uint32_t *al,
-                                           const uint32_t *bh, const uint32_t *bl) {
-  mma_m16n8k8_tf32(d, al, bh);
-  mma_m16n8k8_tf32(d, ah, bl);
-  mma_m16n8k8_tf32(d, ah, bh);
+/* x and y as operand registers r[0], r[1] (big in hi, small in lo): every
+ * operand below is a pair of such splits. */
+__device__ __forceinline__ void split2(float x, float y, uint32_t *hi, uint32_t *lo) {
+  tf32_split(x, &hi[0], &lo[0]);
+  tf32_split(y, &hi[1], &lo[1]);
 }
 
 /* Swizzle key of shared row r: physical chunk = logical chunk ^ tf_swz(r)
  * (bits 1..2 only, so groups of 8 chunks stay in place). */
 __device__ __forceinline__ int tf_swz(int r) { return (((r ^ (r >> 2)) & 1) << 2) | (r & 2); }
 
-/* Copy rows [0, rows) of a [rows, d] fp32 tile (row stride in elements) into
- * shared memory at sbase; rows >= rows_valid and columns >= d are zero-filled
- * and read nothing (their source operand is `safe`, the tensor's base). Each
- * thread keeps one chunk column and steps by whole rows (as the sm80 kernel). */
-__device__ __forceinline__ void tf_load_tile(uint32_t sbase, const float *g, int64_t stride,
-                                             int rows, int rows_valid, int d, int tid,
-                                             const void *safe) {
-  if (NTHREADS % CPR != 0) { /* d = 96: a plain loop (a chunk column per thread needs CPR | NTHREADS) */
-#pragma unroll 2
-    for (int i = tid; i < rows * CPR; i += NTHREADS) {
-      const int r = i / CPR, c = i % CPR;
-      const int rem = d - c * 4;
-      const int bytes = (r < rows_valid && rem > 0) ? (rem >= 4 ? 16 : rem * 4) : 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + (c ^ tf_swz(r))) * 16),
-                  bytes ? (const void *)(g + (int64_t)r * stride + c * 4) : safe, bytes);
-    }
-    return;
-  }
-  const int c = tid % CPR, r0 = tid / CPR;
-  const int rem = d - c * 4;
-  const int bytes = rem >= 4 ? 16 : rem > 0 ? rem * 4 : 0;
-  const float *g0 = g + (int64_t)r0 * stride + c * 4;
-  const int64_t step = (int64_t)LOAD_RPP * stride;
-  if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
-#pragma unroll 4
-    for (int it = 0; it < rows / LOAD_RPP; ++it) {
-      const int r = r0 + it * LOAD_RPP;
-      cp_async_16(sbase + (uint32_t)((r * CPR + (c ^ tf_swz(r))) * 16), g0 + it * step, 16);
-    }
-    return;
-  }
-#pragma unroll 4
-  for (int it = 0; it < rows / LOAD_RPP; ++it) {
-    const int r = r0 + it * LOAD_RPP;
-    const int ok = r < rows_valid && bytes > 0;
-    cp_async_16(sbase + (uint32_t)((r * CPR + (c ^ tf_swz(r))) * 16),
-                ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
-  }
-}
+/* Physical chunk of logical chunk c in shared row r (load_tile). */
+__device__ __forceinline__ int swz(int r, int c) { return c ^ tf_swz(r); }
+
+#include "tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* ---- S = Q K^T ----------------------------------------------------------------- */
 
@@ -192,7 +162,8 @@ __device__ __forceinline__ void tf_load_tile(uint32_t sbase, const float *g, int
  * V[2t + 1][g] relative to an 8-row, 8-chunk group. */
 typedef struct tf_lane {
   const float4 *q4, *k4, *v4;
-  int qrow;      /* first Q row of this lane (warp * MW + g) */
+  int qrow;      /* first Q row of this lane (row group * MW + g) */
+  int dc0;       /* first 32-column group of O of this warp */
   int qk0, qk1;
   int v0, v1;
 } tf_lane;
@@ -206,25 +177,19 @@ __device__ __forceinline__ void qk_steps(float (*acc)[NT][4], const tf_lane *L, 
     uint32_t ah[MT][2][4], al[MT][2][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      const float4 x = L->q4[(L->qrow + mt * 16) * CPR + ch];
-      const float4 y = L->q4[(L->qrow + mt * 16 + 8) * CPR + ch];
-      tf32_split(x.x, &ah[mt][0][0], &al[mt][0][0]);
-      tf32_split(y.x, &ah[mt][0][1], &al[mt][0][1]);
-      tf32_split(x.y, &ah[mt][0][2], &al[mt][0][2]);
-      tf32_split(y.y, &ah[mt][0][3], &al[mt][0][3]);
-      tf32_split(x.z, &ah[mt][1][0], &al[mt][1][0]);
-      tf32_split(y.z, &ah[mt][1][1], &al[mt][1][1]);
-      tf32_split(x.w, &ah[mt][1][2], &al[mt][1][2]);
-      tf32_split(y.w, &ah[mt][1][3], &al[mt][1][3]);
+      const float4 x = L->q4[(L->qrow + mt * 16) * CPR + ch];     /* row g */
+      const float4 y = L->q4[(L->qrow + mt * 16 + 8) * CPR + ch]; /* row g + 8 */
+      split2(x.x, y.x, ah[mt][0], al[mt][0]);
+      split2(x.y, y.y, ah[mt][0] + 2, al[mt][0] + 2);
+      split2(x.z, y.z, ah[mt][1], al[mt][1]);
+      split2(x.w, y.w, ah[mt][1] + 2, al[mt][1] + 2);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const float4 z = L->k4[(nt * 8 + (L->qrow & 7)) * CPR + ch];
       uint32_t bh[2][2], bl[2][2];
-      tf32_split(z.x, &bh[0][0], &bl[0][0]);
-      tf32_split(z.y, &bh[0][1], &bl[0][1]);
-      tf32_split(z.z, &bh[1][0], &bl[1][0]);
-      tf32_split(z.w, &bh[1][1], &bl[1][1]);
+      split2(z.x, z.y, bh[0], bl[0]);
+      split2(z.z, z.w, bh[1], bl[1]);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -237,129 +202,42 @@ __device__ __forceinline__ void qk_steps(float (*acc)[NT][4], const tf_lane *L, 
  * round-toward-zero accumulation (see the error budget above). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], const tf_lane *L) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+  for (int k = 0; k < S_ELEMS; ++k) *s_at(s, k) = 0.f;
   qk_steps(s, L, 0, KS < KC ? KS : KC);
 #pragma unroll
   for (int c0 = KC; c0 < KS; c0 += KC) {
     float part[MT][NT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) part[mt][nt][e] = 0.f;
+    for (int k = 0; k < S_ELEMS; ++k) *s_at(part, k) = 0.f;
     qk_steps(part, L, c0, c0 + KC < KS ? c0 + KC : KS);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] += part[mt][nt][e];
+    for (int k = 0; k < S_ELEMS; ++k) *s_at(s, k) += *s_at(part, k);
   }
 }
 
 /* ---- O += P V ----------------------------------------------------------------- */
 
 /* P as A operands, split: ph / pl [MT][NT][4] with a0 = c0, a1 = c2, a2 = c1, a3 = c3. */
-__device__ __forceinline__ void gemm_pv(float (*o)[DC][4][4], const uint32_t (*ph)[NT][4],
+__device__ __forceinline__ void gemm_pv(float (*o)[DT][4], const uint32_t (*ph)[NT][4],
                                         const uint32_t (*pl)[NT][4], const tf_lane *L) {
 #pragma unroll
   for (int dc = 0; dc < DC; ++dc) {
-    float acc[MT][4][4]; /* this key tile's share of columns 32 dc .. 32 dc + 31 */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][q][e] = 0.f;
+    float acc[MT][4][4] = {{{0.f}}}; /* this key tile's share of group dc0 + dc of O */
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const float4 v0 = L->v4[j * 8 * CPR + dc * 8 + L->v0];
-      const float4 v1 = L->v4[j * 8 * CPR + dc * 8 + L->v1];
-      uint32_t bh[4][2], bl[4][2];
-      tf32_split(v0.x, &bh[0][0], &bl[0][0]);
-      tf32_split(v1.x, &bh[0][1], &bl[0][1]);
-      tf32_split(v0.y, &bh[1][0], &bl[1][0]);
-      tf32_split(v1.y, &bh[1][1], &bl[1][1]);
-      tf32_split(v0.z, &bh[2][0], &bl[2][0]);
-      tf32_split(v1.z, &bh[2][1], &bl[2][1]);
-      tf32_split(v0.w, &bh[3][0], &bl[3][0]);
-      tf32_split(v1.w, &bh[3][1], &bl[3][1]);
+      const float4 v0 = L->v4[j * 8 * CPR + (L->dc0 + dc) * 8 + L->v0];
+      const float4 v1 = L->v4[j * 8 * CPR + (L->dc0 + dc) * 8 + L->v1];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+      for (int q = 0; q < 4; ++q) { /* column 4g + q of keys 8j + 2t, 8j + 2t + 1: tile q's B */
+        uint32_t bh[2], bl[2];
+        split2(f4_get(v0, q), f4_get(v1, q), bh, bl);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) mma_3xtf32(acc[mt][q], ph[mt][j], pl[mt][j], bh[q], bl[q]);
+        for (int mt = 0; mt < MT; ++mt) mma_3xtf32(acc[mt][q], ph[mt][j], pl[mt][j], bh, bl);
+      }
     }
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[mt][dc][q][e] += acc[mt][q][e];
-  }
-}
-
-/* ---- scores -------------------------------------------------------------------- */
-
-/* Row geometry of this lane: row (mt, half) is i0 + mt*16 + half*8 inside the
- * sequence; key j is visible from row i iff -wl <= j - (i + off) <= wr and
- * j < sk (sdpa_key_range; wl, wr = 2^30 when unbounded). */
-typedef struct tf_rows {
-  int i0;
-  int off, wl, wr, sk;
-} tf_rows;
-
-/* Scores of the tile at key n0 to the exp2 domain: scale or softcap, alibi,
- * and (when mask) -inf outside each row's visible range. */
-__device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
-                                              const tf_rows *rw, int n0, int t, int mask,
-                                              float slope2, int alibi_off) {
-  if (!prm->fold) { /* else the softmax folds score_mul into its FFMA (exp_mul) */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->score_mul;
-  }
-  if (prm->has_softcap) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e]) * prm->softcap_post;
-  }
-  if (prm->has_alibi) {
-    const int db = n0 + 2 * t - rw->i0 - alibi_off;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
-          s[mt][nt][e] -= slope2 * fabsf((float)dj);
-        }
-  }
-  if (mask) {
-    const int jb = n0 + 2 * t;
-    const int db = jb - rw->i0 - rw->off;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = jb + nt * 8 + (e & 1);
-          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
-          if (dj < -rw->wl || dj > rw->wr || j >= rw->sk) s[mt][nt][e] = -INFINITY;
-        }
+    for (int k = 0; k < MT * 16; ++k)
+      o[k / 16][4 * dc + k / 4 % 4][k % 4] += acc[k / 16][k / 4 % 4][k % 4];
   }
 }
 
@@ -370,17 +248,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   extern __shared__ __align__(128) float4 smem[];
   const sdpa_fwd_sm80_params *prm = &prm_;
   const sdpa_problem *p = &prm->p;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  /* heavier (later, causal) query blocks first */
-  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
-  const int hh = blockIdx.y, b = blockIdx.z;
-  const int sq = (int)sdpa_seq_len_q(p, b);
-  const int m0 = m_block * BM;
-  if (m0 >= sq) return;
-  const int sk = (int)sdpa_seq_len_k(p, b);
-  const int hk = hh / prm->h_per_hk;
-  const int d = (int)p->d;
+  const int tid = threadIdx.x, rgrp = (tid >> 5) / DSPLIT, g = (tid & 31) >> 2, t = tid & 3;
+  fwd_block kb;
+  if (!fwd_block_init(&kb, prm, BM)) return;
+  fwd_block_rows(&kb, prm, BM, BN, MW, rgrp, g);
+  const int sk = kb.sk, d = kb.d;
 
   const uint32_t s_q = smem_u32(smem);
   const uint32_t s_k = s_q + SMEM_Q;
@@ -389,142 +261,62 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   L.q4 = smem;
   L.k4 = smem + BM * CPR;
   L.v4 = smem + (BM + BN) * CPR;
-  L.qrow = warp * MW + g;
-  const int sw = tf_swz(g);
-  L.qk0 = t ^ sw;
-  L.qk1 = (4 + t) ^ sw;
+  L.qrow = rgrp * MW + g;
+  L.dc0 = (tid >> 5) % DSPLIT * DC;
+  L.qk0 = t ^ tf_swz(g);
+  L.qk1 = (4 + t) ^ tf_swz(g);
   L.v0 = 2 * t * CPR + (g ^ tf_swz(2 * t));
   L.v1 = (2 * t + 1) * CPR + (g ^ tf_swz(2 * t + 1));
 
-  const float *qg = (const float *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh);
-  const float *kg = (const float *)p->k + sdpa_kv_offset(p, p->k_st, b, 0, hk);
-  const float *vg = (const float *)p->v + sdpa_kv_offset(p, p->v_st, b, 0, hk);
+  /* (keys, d) views of this kv head; Q from the block's first row */
+  const float *kg = (const float *)p->k + sdpa_kv_offset(p, p->k_st, kb.b, 0, kb.hk);
+  const float *vg = (const float *)p->v + sdpa_kv_offset(p, p->v_st, kb.b, 0, kb.hk);
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
-
-  /* key tiles any row of the block can see */
-  const int m_last = min(m0 + BM, sq) - 1;
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, m_last, sq, sk, &lo1, &hi1);
-  const int n_begin = (int)(lo0 / BN);
-  const int n_end = (int)((min(hi1, (int64_t)sk) + BN - 1) / BN);
-
-  tf_rows rw;
-  rw.i0 = m0 + warp * MW + g;
-  rw.off = p->bottom_right ? sk - sq : 0;
-  rw.wl = (int)(p->window_left < 0 ? 0x40000000 : min(p->window_left, (int64_t)0x40000000));
-  rw.wr = (int)(p->window_right < 0 ? 0x40000000 : min(p->window_right, (int64_t)0x40000000));
-  rw.sk = sk;
-  const int alibi_off = sk - sq;
-  const float slope2 =
-      prm->has_alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
-
-  tf_load_tile(s_q, qg, p->q_st.ss, BM, sq - m0, d, tid, p->q);
+  load_tile(s_q, (const float *)p->q + sdpa_q_offset(p, p->q_st, kb.b, kb.m0, kb.hh), p->q_st.ss,
+               BM, kb.sq - kb.m0, d, tid, p->q);
   cp_async_commit();
-  if (n_begin < n_end) {
-    tf_load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid, p->k);
+  if (kb.n_begin < kb.n_end) {
+    const int j0 = kb.n_begin * BN;
+    load_tile(s_k, kg + (int64_t)j0 * kss, kss, BN, sk - j0, d, tid, p->k);
     cp_async_commit();
   }
 
-  float o[MT][DC][4][4];
+  float o[MT][DT][4]; /* tile q of column group dc: o[4 dc + q] (see gemm_pv) */
   float row_max[MT][2], row_sum[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int dc = 0; dc < DC; ++dc)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[mt][dc][q][e] = 0.f;
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  softmax_init(o, row_max, row_sum);
 
-  for (int n = n_begin; n < n_end; ++n) {
+  for (int n = kb.n_begin; n < kb.n_end; ++n) {
     const int n0 = n * BN;
     cp_async_wait_all(); /* K tile n (and Q) landed */
     __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
-    tf_load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
+    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
     cp_async_commit();
 
     float s[MT][NT][4];
     gemm_qk(s, &L);
-    const int full = n0 >= lo1 && n0 + BN <= hi0;
-    finish_scores(s, prm, &rw, n0, t, !full, slope2, alibi_off);
-
-    /* online softmax (fp32, exp2 domain): p = 2^(s * exp_mul - max * exp_mul);
-     * O is rescaled only when some row max of the warp moved */
-    const float xm = prm->exp_mul;
-    float corr[MT][2];
-    int moved = 0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float mx = row_max[mt][hf];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
-        mx = quad_max(mx);
-        /* corr = 2^(old mm - new mm) from the same rounded products the
-         * exponents use: exactly 1 while the max stays (a fused
-         * max * xm - mm there is 2^(rounding residual), ~1e-7, and l takes
-         * it every tile while O does not: 3e-5 at 32k keys, coherent) */
-        const float mm = __fmul_rn(mx == -INFINITY ? 0.f : mx, xm);
-        corr[mt][hf] = fast_exp2(__fmul_rn(row_max[mt][hf], xm) - mm);
-        moved |= mx != row_max[mt][hf];
-        row_max[mt][hf] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = fast_exp2(fmaf(s[mt][nt][2 * hf], xm, -mm));
-          const float p1 = fast_exp2(fmaf(s[mt][nt][2 * hf + 1], xm, -mm));
-          s[mt][nt][2 * hf] = p0;
-          s[mt][nt][2 * hf + 1] = p1;
-          sum += p0 + p1;
-        }
-        row_sum[mt][hf] = row_sum[mt][hf] * corr[mt][hf] + sum;
-      }
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int dc = 0; dc < DC; ++dc)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[mt][dc][q][e] *= corr[mt][e >> 1];
-    }
-    uint32_t ph[MT][NT][4], pl[MT][NT][4];
+    scores_pre(s, prm, !prm->fold);
+    scores_post(s, prm, &kb, n0, t, n0 < kb.lo1 || n0 + BN > kb.hi0);
+    softmax_step(s, o, row_max, row_sum, prm->exp_mul);
+    uint32_t ph[MT][NT][4], pl[MT][NT][4]; /* P as A operands: a0 = c0, a1 = c2, a2 = c1, a3 = c3 */
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        tf32_split(s[mt][nt][0], &ph[mt][nt][0], &pl[mt][nt][0]);
-        tf32_split(s[mt][nt][2], &ph[mt][nt][1], &pl[mt][nt][1]);
-        tf32_split(s[mt][nt][1], &ph[mt][nt][2], &pl[mt][nt][2]);
-        tf32_split(s[mt][nt][3], &ph[mt][nt][3], &pl[mt][nt][3]);
+        split2(s[mt][nt][0], s[mt][nt][2], ph[mt][nt], pl[mt][nt]);
+        split2(s[mt][nt][1], s[mt][nt][3], ph[mt][nt] + 2, pl[mt][nt] + 2);
       }
 
     cp_async_wait_all(); /* V tile n landed */
     __syncthreads();     /* ... for every thread; everyone is done with K tile n */
-    if (n + 1 < n_end) {
-      tf_load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
+    if (n + 1 < kb.n_end) {
+      load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
       cp_async_commit();
     }
     gemm_pv(o, ph, pl, &L);
   }
 
-  /* final row statistics: lse in the exp2 domain (+inf for rows with no key) */
   float lse2[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const float l = quad_sum(row_sum[mt][hf]);
-      row_sum[mt][hf] = l;
-      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * prm->exp_mul + log2f(l) : INFINITY;
-    }
+  softmax_final(row_sum, lse2, row_max, prm->exp_mul);
   cp_async_wait_all(); /* no copy still in flight (no key tile visited) at exit */
 
   /* O / l straight to global memory: lane (g, t) holds columns 8t .. 8t+7 of
@@ -533,19 +325,21 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int i = rw.i0 + mt * 16 + hf * 8;
-      if (i >= sq) continue;
-      if (p->lse && t == 0) p->lse[sdpa_lse_offset(p, b, i, hh)] = lse2[mt][hf] * SDPA_LN2;
+      const int i = row_i(&kb.rw, mt, hf);
+      if (i >= kb.sq) continue;
+      if (p->lse && t == 0 && L.dc0 == 0) /* one warp of the row group */
+        p->lse[sdpa_lse_offset(p, kb.b, i, kb.hh)] = lse2[mt][hf] * SDPA_LN2;
       const float l = row_sum[mt][hf];
       const float inv = l > 0.f ? 1.f / l : 0.f;
-      float *orow = (float *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh);
+      float *orow = (float *)p->out + sdpa_q_offset(p, p->o_st, kb.b, i, kb.hh);
 #pragma unroll
       for (int dc = 0; dc < DC; ++dc)
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) {
-          const int col = dc * 32 + t * 8 + h2 * 4;
-          const float w[4] = {o[mt][dc][0][2 * hf + h2] * inv, o[mt][dc][1][2 * hf + h2] * inv,
-                              o[mt][dc][2][2 * hf + h2] * inv, o[mt][dc][3][2 * hf + h2] * inv};
+          const int col = (L.dc0 + dc) * 32 + t * 8 + h2 * 4;
+          const int e = 2 * hf + h2; /* element e of output tiles 4 dc + q, q = 0..3 */
+          const float w[4] = {o[mt][4 * dc][e] * inv, o[mt][4 * dc + 1][e] * inv,
+                              o[mt][4 * dc + 2][e] * inv, o[mt][4 * dc + 3][e] * inv};
           if (col + 4 <= d) {
             *(float4 *)(orow + col) = make_float4(w[0], w[1], w[2], w[3]);
           } else { /* the head dim ends inside this chunk */
@@ -570,45 +364,13 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), sdpa_dtype_string(p->dtype), (long long)p->d,
                      (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
-  const int64_t m_blocks = (p->s_q + BM - 1) / BM;
-  if (m_blocks > 0x7fffffff || p->h > 65535 || p->b > 65535)
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: grid (%lld query blocks, h = %lld, b = %lld) exceeds CUDA's limits "
-                     "(2^31-1, 65535, 65535)",
-                     SDPA_STR(SDPA_KERNEL_NAME), (long long)m_blocks, (long long)p->h,
-                     (long long)p->b);
-
   sdpa_fwd_sm80_params prm;
-  memset(&prm, 0, sizeof prm);
-  prm.p = *p;
-  const int softcap = p->softcap > 0.f;
-  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
-  /* without softcap and alibi, a positive multiplier commutes with the row
-   * max: scores stay raw and the softmax applies it in its FFMA */
-  prm.fold = !softcap && p->alibi == NULL && prm.score_mul > 0.f;
-  prm.exp_mul = prm.fold ? prm.score_mul : 1.f;
-  prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
-  prm.out_scale = 1.f;
-  prm.h_per_hk = (int)(p->h / p->h_k);
-  prm.has_softcap = softcap;
-  prm.has_alibi = p->alibi != NULL;
-
-  dim3 grid((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
-  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
-                                  SDPA_STR(SDPA_KERNEL_NAME)));
-  SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  return SDPA_OK;
+  dim3 grid;
+  SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
+  return sdpa_fwd_launch((const void *)SDPA_KERNEL, &prm, grid, NTHREADS, SMEM_BYTES, smem_set,
+                         SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_KERNEL
 #undef SDPA_RUN
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

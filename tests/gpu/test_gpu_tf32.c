@@ -11,11 +11,12 @@
  * 16-byte aligned, d above the largest bucket), fwd_simt with the refusal
  * reason on the tf32 row's line, and fwd_simt's result is checked the same way.
  *
- * Matrix: d in {4, 8, 32, 40, 64, 80, 100, 128}, causal or not, both
+ * Matrix: d in {4, 8, 32, 40, 64, 80, 100, 128, 160, 256}, causal or not, both
  * alignments, s_q > s_k (rows with no visible key: out 0, lse +inf exactly),
  * lengths off the tile grid, GQA 4:1 and MQA, varlen with an empty sequence,
  * a sequence with no keys and seqused_k, windows, alibi [h] and [b, h],
- * softcap, an explicit scale, padded strides, 8192 keys (long accumulation).
+ * softcap, an explicit scale, padded strides, 8192 keys (long accumulation),
+ * d = 256 (its row splits O's columns over two warps) with masks and alibi.
  *
  *   test_gpu_tf32 [NAME]     the whole matrix (or the cases whose name contains NAME)
  *   test_gpu_tf32 --small    one small problem per tf32 row (compute-sanitizer)
@@ -298,13 +299,14 @@ static void small(void) {
   c = mk("small_hd96_gqa", 2, 4, 2, 33, 65, 80), c.alibi = 2, run_case(&c);
   c = mk("small_hd128_window", 1, 2, 1, 50, 150, 128), c.wl = 30, c.wr = 7, c.alibi = 1;
   c.softcap = 5.f, run_case(&c);
+  c = mk("small_hd256_causal", 2, 2, 1, 70, 90, 200), c.causal = 1, c.alibi = 1, run_case(&c);
 }
 
 static void full(void) {
   tcase c;
   /* the head-dim sweep: every bucket, off-bucket widths, causal or not */
-  static const int64_t dims[8] = {4, 8, 32, 40, 64, 80, 100, 128};
-  for (int k = 0; k < 8; ++k)
+  static const int64_t dims[10] = {4, 8, 32, 40, 64, 80, 100, 128, 160, 256};
+  for (int k = 0; k < 10; ++k)
     for (int causal = 0; causal < 2; ++causal) {
       c = mk(causal ? "dsweep_causal" : "dsweep", 2, 4, 2, 77, 131, dims[k]);
       c.causal = causal;
@@ -346,6 +348,12 @@ static void full(void) {
   c = mk("long_keys_d128", 1, 2, 1, 64, 8192, 128), run_case(&c);
   c = mk("long_keys_d64_causal", 1, 2, 2, 70, 8192, 64), c.causal = 1, run_case(&c);
   c = mk("long_keys_32k_d128", 1, 1, 1, 32, 32768, 128), run_case(&c);
+  /* d = 256: two warps a row group, each half of O */
+  c = mk("hd256_varlen_window", 4, 4, 2, 90, 120, 256), c.varlen = 1, c.wl = 20, c.wr = 5;
+  c.empty_rows = 1, run_case(&c);
+  c = mk("hd256_softcap_gqa", 2, 4, 1, 100, 200, 224), c.softcap = 4.f, c.causal = 1;
+  c.top_left = 1, run_case(&c);
+  c = mk("long_keys_d256", 1, 2, 1, 64, 8192, 256), run_case(&c);
   /* what the tf32 rows refuse: fwd_simt runs it, the explain line says why */
   c = mk("refuse_bias", 1, 2, 2, 40, 50, 64), c.bias = 1, c.refuse = "bias", run_case(&c);
   c = mk("refuse_dropout", 1, 2, 2, 40, 50, 32), c.dropout = 0.2f, c.refuse = "dropout";
@@ -390,14 +398,8 @@ static void bench(int nd, const int64_t *ds) {
   const size_t n = (size_t)(b * s * h * dmax); /* elements of q, k, v, out: 128 MiB at d = 128 */
   float *host = malloc(n * sizeof(float));
   for (size_t e = 0; e < n; ++e) host[e] = (float)test_rng_normal(&rng);
-  void *q, *k, *v, *o;
-  CUDA_OK(cudaMalloc(&q, n * 4));
-  CUDA_OK(cudaMalloc(&k, n * 4));
-  CUDA_OK(cudaMalloc(&v, n * 4));
-  CUDA_OK(cudaMalloc(&o, n * 4));
-  CUDA_OK(cudaMemcpy(q, host, n * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(k, host + 7, (n - 7) * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(v, host + 13, (n - 13) * 4, cudaMemcpyHostToDevice));
+  void *dev[4]; /* q, k, v, out */
+  gpu_bench_alloc(host, n, 4, dev);
   free(host);
   printf("%-3s %-3s %-5s %-4s %-6s %-16s %-10s %s\n", "b", "h", "s", "d", "causal", "kernel", "ms",
          "TFLOP/s");
@@ -405,13 +407,7 @@ static void bench(int nd, const int64_t *ds) {
     for (int forced = 0; forced < 2; ++forced)
       for (int causal = 0; causal < 2; ++causal) {
         const int64_t d = ds[di], shape[4] = {b, s, h, d};
-        sdpa_fwd_desc desc;
-        sdpa_fwd_init(&desc);
-        desc.attn.device = SDPA_DEVICE_CUDA;
-        desc.attn.q = sdpa_tensor_contiguous(q, SDPA_DTYPE_F32, 4, shape);
-        desc.attn.k = sdpa_tensor_contiguous(k, SDPA_DTYPE_F32, 4, shape);
-        desc.attn.v = sdpa_tensor_contiguous(v, SDPA_DTYPE_F32, 4, shape);
-        desc.out = sdpa_tensor_contiguous(o, SDPA_DTYPE_F32, 4, shape);
+        sdpa_fwd_desc desc = gpu_bench_desc(dev, SDPA_DTYPE_F32, shape);
         desc.attn.causal = causal;
         desc.attn.kernel = forced ? "fwd_simt" : NULL;
         char buf[4096], name[64] = "?";
@@ -429,10 +425,7 @@ static void bench(int nd, const int64_t *ds) {
                flops / (ms * 1e-3) / 1e12);
       }
   CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaFree(q));
-  CUDA_OK(cudaFree(k));
-  CUDA_OK(cudaFree(v));
-  CUDA_OK(cudaFree(o));
+  gpu_bench_free(dev);
 }
 
 int main(int argc, char **argv) {
