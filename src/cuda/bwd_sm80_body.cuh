@@ -918,9 +918,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_RUN
 #undef SDPA_BWD_KERNELS
 #undef SDPA_WS
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

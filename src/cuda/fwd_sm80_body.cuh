@@ -44,6 +44,10 @@
  * Philox call evaluated once per warp, before the tile's Q K^T: drop_mask),
  * and the output is scaled by 1/(1-p) with 1/l at the end. return_probs is a second
  * pass over every key tile once the row's lse is final.
+ * Shared with the fp32 tensor-core forward (fwd_tf32_body.cuh): the block's
+ * geometry and the kernel parameters (fwd_sm80_common.cuh), the score
+ * modifiers and the online softmax (fwd_softmax.cuh), the tile copies
+ * (tile_load.cuh) and the host launch (fwd_launch.cu).
  */
 #include <math.h>
 #include <stdint.h>
@@ -93,6 +97,8 @@
 #endif
 
 /* ---- geometry ---------------------------------------------------------------- */
+typedef uint16_t tile_elem; /* what load_tile copies */
+
 enum {
   FULL = SDPA_FULL,          /* return_probs (and dropout) compiled in */
   HD = SDPA_HDIM,            /* padded head dim of the tiles */
@@ -110,9 +116,11 @@ enum {
   DT = HD / 8,               /* n8 tiles of O */
   PS = BN / 16,              /* k16 steps of P V */
   CPR = HD / 8,              /* 16-byte chunks per shared row */
+  EPC = 8,                   /* elements per chunk */
   CPR8 = CPR & ~7,           /* chunks swizzled in groups of 8; the rest in a group of 4 */
   CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32, /* lanes per row in load_tile */
   LOAD_RPP = NTHREADS / CPRP, /* rows per load pass */
+  LOAD_PLAIN = FULL,         /* load_tile's plain loop where CPR does not divide the block */
   /* Q fragments stay in registers when the accumulators leave room for them
    * (register estimate: S + O + Q words per thread); else ldmatrix per step. */
   Q_REGS = (MT * NT * 4 + MT * DT * 4 + MT * KS * 4) <= 168,
@@ -141,96 +149,15 @@ static_assert(BN % 16 == 0 && BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
 static_assert(CPR % 4 == 0, "swizzle needs chunk groups of 4 or 8 (head-dim bucket % 32 == 0)");
 
+#include "fwd_softmax.cuh" /* reads MT, NT, DT */
+
 /* Physical chunk of logical chunk c in shared row r (conflict-free ldmatrix:
  * eight consecutive rows at one logical chunk hit eight distinct bank groups). */
 __device__ __forceinline__ int swz(int r, int c) {
   return c < CPR8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
 
-/* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
- * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
- * read nothing (their source operand is `safe`, the tensor's base).
- * Each thread keeps one chunk column and steps by whole rows: no division,
- * one 64-bit add per copy. (A plain i / CPR loop before 2026-11-21 cost 15%
- * at d = 128 and more at d = 256.) Buckets whose CPR divides the block
- * (d = 32, 64, 128) unroll fully; the others give a row CPRP lanes (CPR
- * rounded up to a power of two, the extra lanes idle) and unroll by 2
- * (the _full variants: a plain loop):
- * fuller unrolling hoists offsets into registers the accumulators need
- * (ptxas: spills at d = 128 and 256 otherwise). */
-__device__ __forceinline__ void load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
-                                          int rows, int rows_valid, int d, int tid,
-                                          const void *safe) {
-  if (NTHREADS % CPR == 0 && CPR <= 16) {
-    const int c = tid % CPR, r0 = tid / CPR;
-    const int rem = d - c * 8;
-    const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
-    const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
-    const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
-    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
-#pragma unroll
-      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
-        const int r = r0 + it * (NTHREADS / CPR);
-        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
-      }
-      return;
-    }
-#pragma unroll
-    for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
-      const int r = r0 + it * (NTHREADS / CPR);
-      const int ok = r < rows_valid && bytes > 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
-                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
-    }
-  } else if (FULL) { /* the lane scheme spilled 4 bytes at d = 192 here */
-#pragma unroll 1
-    for (int i = tid; i < rows * CPR; i += NTHREADS) {
-      const int r = i / CPR, c = i % CPR;
-      const int rem = d - c * 8;
-      const int bytes = (r < rows_valid && rem > 0) ? (rem >= 8 ? 16 : rem * 2) : 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
-                  bytes ? (const void *)(g + (int64_t)r * stride + c * 8) : safe, bytes);
-    }
-  } else {
-    const int lane = tid & 31;
-    const int c = lane % CPRP;
-    const int r0 = (tid >> 5) * (32 / CPRP) + lane / CPRP;
-    if (CPRP != CPR && c >= CPR) return; /* idle lanes of a padded row */
-    const int rem = d - c * 8;
-    const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
-    const uint16_t *g0 = g + (int64_t)r0 * stride + c * 8;
-    const int64_t step = (int64_t)LOAD_RPP * stride;
-    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
-#pragma unroll 2
-      for (int it = 0; it < rows / LOAD_RPP; ++it) {
-        const int r = r0 + it * LOAD_RPP;
-        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
-      }
-      return;
-    }
-#pragma unroll 2
-    for (int it = 0; it < rows / LOAD_RPP; ++it) {
-      const int r = r0 + it * LOAD_RPP;
-      const int ok = r < rows_valid && bytes > 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
-                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
-    }
-  }
-}
-
-/* Per-thread view of its rows: row (mt, half) is i0 + mt*16 + half*8 inside
- * the sequence. Key j is visible from row i iff -wl <= j - (i + off) <= wr
- * and j < sk (sdpa_key_range; wl, wr = 2^30 when unbounded): written in
- * j - i so that one per-tile base and compile-time constants give every
- * element's test, keeping registers for the accumulators. */
-typedef struct fwd_rows {
-  int i0;
-  int off, wl, wr, sk;
-} fwd_rows;
-
-__device__ __forceinline__ int row_i(const fwd_rows *rw, int mt, int hf) {
-  return rw->i0 + mt * 16 + hf * 8;
-}
+#include "tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix row). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4],
@@ -347,55 +274,15 @@ __device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *
 /* Scores of the tile at key n0 to the exp2 domain: scale or softcap, bias,
  * alibi, and (when mask) -inf outside each row's visible range. */
 __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
-                                              const fwd_rows *rw, int n0, int t, int mask,
-                                              float slope2, int alibi_off, int bias,
-                                              const uint32_t *sb) {
-  /* without softcap the bias's FFMA applies score_mul */
+                                              const fwd_block *kb, int n0, int t, int mask,
+                                              int bias, const uint32_t *sb) {
+  /* without softcap the bias's FFMA applies score_mul; without bias (fold)
+   * the softmax folds it into its FFMA (exp_mul) */
   const int bias_scales = bias && prm->has_bias && !prm->has_softcap;
-  if (!prm->fold && !bias_scales) { /* else the softmax folds score_mul into its FFMA (exp_mul) */
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= prm->score_mul;
-  }
-  if (prm->has_softcap) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[mt][nt][e] = fast_tanh_pre(s[mt][nt][e]) * prm->softcap_post;
-  }
-  if (bias && prm->has_bias) add_bias(s, &prm->p, rw, n0, t, sb, bias_scales ? prm->score_mul : 1.f);
-  if (prm->has_alibi) {
-    const int db = n0 + 2 * t - rw->i0 - alibi_off;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
-          s[mt][nt][e] -= slope2 * fabsf((float)dj);
-        }
-  }
-  if (mask) {
-    const int jb = n0 + 2 * t;
-    const int db = jb - rw->i0 - rw->off;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = jb + nt * 8 + (e & 1);
-          const int dj = db + nt * 8 + (e & 1) - mt * 16 - (e >> 1) * 8;
-          if (dj < -rw->wl || dj > rw->wr || j >= rw->sk) s[mt][nt][e] = -INFINITY;
-        }
-  }
+  scores_pre(s, prm, !prm->fold && !bias_scales);
+  if (bias && prm->has_bias)
+    add_bias(s, &prm->p, &kb->rw, n0, t, sb, bias_scales ? prm->score_mul : 1.f);
+  scores_post(s, prm, kb, n0, t, mask);
 }
 
 /* Dropout bits of the tile at key n0. In the m16n8 layout the four lanes of
@@ -455,15 +342,9 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  /* heavier (later, causal) query blocks first */
-  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
-  const int hh = blockIdx.y, b = blockIdx.z;
-  const int sq = (int)sdpa_seq_len_q(p, b);
-  const int m0 = m_block * BM;
-  if (m0 >= sq) return;
-  const int sk = (int)sdpa_seq_len_k(p, b);
-  const int hk = hh / prm->h_per_hk;
-  const int d = (int)p->d;
+  fwd_block kb;
+  if (!fwd_block_init(&kb, prm, BM)) return;
+  const int b = kb.b, hh = kb.hh, hk = kb.hk, sq = kb.sq, sk = kb.sk, d = kb.d, m0 = kb.m0;
   const uint32_t bh = (uint32_t)(b * p->h + hh);
 
   const uint32_t s_q = smem_u32(smem);
@@ -475,24 +356,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset(p, p->k_st, b, 0, hk);
   const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset(p, p->v_st, b, 0, hk);
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
-
-  /* key tiles any row of the block can see */
-  const int m_last = min(m0 + BM, sq) - 1;
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, m_last, sq, sk, &lo1, &hi1);
-  const int n_begin = (int)(lo0 / BN);
-  const int n_end = (int)((min(hi1, (int64_t)sk) + BN - 1) / BN);
-
-  fwd_rows rw;
-  rw.i0 = m0 + warp * MW + g;
-  rw.off = p->bottom_right ? sk - sq : 0;
-  rw.wl = (int)(p->window_left < 0 ? 0x40000000 : min(p->window_left, (int64_t)0x40000000));
-  rw.wr = (int)(p->window_right < 0 ? 0x40000000 : min(p->window_right, (int64_t)0x40000000));
-  rw.sk = sk;
-  const int alibi_off = sk - sq;
-  const float slope2 =
-      prm->has_alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
+  fwd_block_rows(&kb, prm, BM, BN, MW, warp, g);
+  const int n_begin = kb.n_begin, n_end = kb.n_end;
 
   /* per-lane ldmatrix rows and their swizzle keys */
   const int q_row = warp * MW + (lane & 15), q_hi = lane >> 4;
@@ -536,15 +401,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
-    row_max[mt][0] = row_max[mt][1] = -INFINITY;
-    row_sum[mt][0] = row_sum[mt][1] = 0.f;
-  }
+  softmax_init(o, row_max, row_sum);
 
   for (int n = n_begin; n < n_end; ++n) {
     const int n0 = n * BN;
@@ -565,51 +422,12 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     }
 
     uint32_t dm[MT][DW];
-    if (drop && prm->has_dropout) drop_mask(dm, p, &rw, bh, n0, t);
+    if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
-    const int full = n0 >= lo1 && n0 + BN <= hi0;
-    finish_scores(s, prm, &rw, n0, t, !full, slope2, alibi_off, bias,
-                  (const uint32_t *)(smem + SMEM_BYTES));
-
-    /* online softmax: p = 2^(s * exp_mul - max * exp_mul), one FFMA + ex2;
-     * O is rescaled only when some row max of the warp moved */
-    const float xm = prm->exp_mul;
-    float corr[MT][2];
-    int moved = 0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        float mx = row_max[mt][hf];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hf], s[mt][nt][2 * hf + 1]));
-        mx = quad_max(mx);
-        const float m_use = mx == -INFINITY ? 0.f : mx;
-        const float mm = m_use * xm;
-        corr[mt][hf] = fast_exp2(row_max[mt][hf] * xm - mm);
-        moved |= mx != row_max[mt][hf];
-        row_max[mt][hf] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float p0 = fast_exp2(fmaf(s[mt][nt][2 * hf], xm, -mm));
-          float p1 = fast_exp2(fmaf(s[mt][nt][2 * hf + 1], xm, -mm));
-          s[mt][nt][2 * hf] = p0;
-          s[mt][nt][2 * hf + 1] = p1;
-          sum += p0 + p1;
-        }
-        row_sum[mt][hf] = row_sum[mt][hf] * corr[mt][hf] + sum;
-      }
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[mt][dt][e] *= corr[mt][e >> 1];
-    }
+    const int full = n0 >= kb.lo1 && n0 + BN <= kb.hi0;
+    finish_scores(s, prm, &kb, n0, t, !full, bias, (const uint32_t *)(smem + SMEM_BYTES));
+    softmax_step(s, o, row_max, row_sum, prm->exp_mul);
     /* P as the A operand of P V, dropout (when compiled in) per n8 pair */
     uint32_t pa[MT][PS][4];
 #pragma unroll
@@ -661,23 +479,15 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
       }
   }
 
-  /* final row statistics: lse in the exp2 domain (+inf for rows with no key) */
   float lse2[MT][2];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float l = quad_sum(row_sum[mt][hf]);
-      row_sum[mt][hf] = l;
-      lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * prm->exp_mul + log2f(l) : INFINITY;
-    }
+  softmax_final(row_sum, lse2, row_max, prm->exp_mul);
 
   if (p->lse && t == 0) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        int i = row_i(&rw, mt, hf);
+        int i = row_i(&kb.rw, mt, hf);
         if (i < sq) p->lse[sdpa_lse_offset(p, b, i, hh)] = lse2[mt][hf] * SDPA_LN2;
       }
   }
@@ -694,7 +504,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
       __syncthreads();
       float s[MT][NT][4];
       gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
-      finish_scores(s, prm, &rw, n0, t, 1, slope2, alibi_off, bias, NULL);
+      finish_scores(s, prm, &kb, n0, t, 1, bias, NULL);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -703,7 +513,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
           for (int e = 0; e < 4; ++e)
             s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm->exp_mul, -lse2[mt][e >> 1]));
       uint32_t dm[MT][DW];
-      if (drop && prm->has_dropout) drop_mask(dm, p, &rw, bh, n0, t);
+      if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
       if (drop && prm->has_dropout)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -717,7 +527,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            int i = row_i(&rw, mt, e >> 1), j = n0 + nt * 8 + 2 * t + (e & 1);
+            int i = row_i(&kb.rw, mt, e >> 1), j = n0 + nt * 8 + 2 * t + (e & 1);
             if (i >= sq || j >= p->s_k) continue;
             int64_t off = b * p->probs_sb + hh * p->probs_sh + i * p->probs_sq + j;
             if (fsz == 4)
@@ -813,52 +623,20 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: bias_sk = %lld, expected 1 (contiguous keys)",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->bias_sk);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
-  const int64_t m_blocks = (p->s_q + BM - 1) / BM;
-  if (m_blocks > 0x7fffffff || p->h > 65535 || p->b > 65535)
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: grid (%lld query blocks, h = %lld, b = %lld) exceeds CUDA's limits "
-                     "(2^31-1, 65535, 65535)",
-                     SDPA_STR(SDPA_KERNEL_NAME), (long long)m_blocks, (long long)p->h,
-                     (long long)p->b);
-
   sdpa_fwd_sm80_params prm;
-  prm.p = *p;
-  const int softcap = p->softcap > 0.f;
-  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
-  /* without softcap, bias and alibi, a positive multiplier commutes with the
-   * row max: scores stay raw and the softmax applies it in its FFMA */
-  prm.fold = !softcap && p->bias == NULL && p->alibi == NULL && prm.score_mul > 0.f;
-  prm.exp_mul = prm.fold ? prm.score_mul : 1.f;
-  prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
-  prm.out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
-  prm.h_per_hk = (int)(p->h / p->h_k);
-  prm.has_softcap = softcap;
-  prm.has_alibi = p->alibi != NULL;
-  prm.has_dropout = p->dropout_p > 0.f;
-  prm.has_bias = p->bias != NULL;
-
-  dim3 grid((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
+  dim3 grid;
+  SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
+  const char *name = SDPA_STR(SDPA_KERNEL_NAME);
 #if !SDPA_FULL
-  if (prm.has_bias) { /* never with dropout here: that went to the full variant */
-    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL_BIAS, (int)(SMEM_BYTES + SMEM_BIAS),
-                                    smem_set_bias, SDPA_STR(SDPA_KERNEL_NAME)));
-    SDPA_KERNEL_BIAS<<<grid, NTHREADS, SMEM_BYTES + SMEM_BIAS, (cudaStream_t)p->stream>>>(prm);
-  } else if (prm.has_dropout) {
-    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL_DROP, (int)SMEM_BYTES, smem_set_drop,
-                                    SDPA_STR(SDPA_KERNEL_NAME)));
-    SDPA_KERNEL_DROP<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
-  } else
+  if (prm.has_bias) /* never with dropout here: that went to the full variant */
+    return sdpa_fwd_launch((const void *)SDPA_KERNEL_BIAS, &prm, grid, NTHREADS,
+                           SMEM_BYTES + SMEM_BIAS, smem_set_bias, name);
+  if (prm.has_dropout)
+    return sdpa_fwd_launch((const void *)SDPA_KERNEL_DROP, &prm, grid, NTHREADS, SMEM_BYTES,
+                           smem_set_drop, name);
 #endif
-  {
-    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
-                                    SDPA_STR(SDPA_KERNEL_NAME)));
-    SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, (cudaStream_t)p->stream>>>(prm);
-  }
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  return SDPA_OK;
+  return sdpa_fwd_launch((const void *)SDPA_KERNEL, &prm, grid, NTHREADS, SMEM_BYTES, smem_set,
+                         name);
 }
 
 #undef SDPA_MMA
@@ -872,9 +650,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_RUN
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

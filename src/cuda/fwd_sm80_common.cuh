@@ -1,8 +1,13 @@
 /*
- * fwd_sm80_common.cuh - what every instance of the sm80 forward shares: the
+ * fwd_sm80_common.cuh - what every instance of the mma.sync forwards shares
+ * (fwd_sm80_body.cuh: fp16 / bf16; fwd_tf32_body.cuh: fp32 in 3xTF32): the
  * kernel's parameter struct (the validated problem by value plus the
- * constants the host folds for it) and the small warp-level helpers of the
- * online softmax. Included once per instance translation unit.
+ * constants the host folds for it) and the host function that folds them
+ * (fwd_launch.cu), a block's view of its problem (fwd_block: batch, head,
+ * lengths, the key tiles it visits, its rows' mask geometry), and the small
+ * warp-level helpers of the online softmax. The tile math that depends on an
+ * instance's geometry is in fwd_softmax.cuh. Included once per instance
+ * translation unit.
  */
 #ifndef SDPA_FWD_SM80_COMMON_CUH
 #define SDPA_FWD_SM80_COMMON_CUH
@@ -24,6 +29,20 @@ typedef struct sdpa_fwd_sm80_params {
   int has_softcap, has_alibi, has_dropout;
   int has_bias;       /* additive bias (p.bias; fold off): added in finish_scores */
 } sdpa_fwd_sm80_params;
+
+/* Host side (fwd_launch.cu). The parameters of p for the kernel, and its
+ * grid (query blocks of bm rows, heads, batch); SDPA_ERR_NOT_SUPPORTED
+ * naming `name` when the grid exceeds CUDA's limits. p is validated and has
+ * work (b, h, s_q > 0). */
+extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
+                                            sdpa_fwd_sm80_params *prm, dim3 *grid);
+
+/* Launches kernel(*prm) on prm->p.stream with `smem` bytes of dynamic shared
+ * memory (raising the kernel's limit once per device: smem_set[64], the
+ * caller's flags); SDPA_ERR_CUDA naming `name` when the launch fails. */
+extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
+                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
+                                       const char *name);
 
 #define SDPA_LOG2E 1.4426950408889634f
 #define SDPA_LN2 0.6931471805599453f
@@ -68,6 +87,78 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* Per-thread view of its rows: row (mt, half) is i0 + mt*16 + half*8 inside
+ * the sequence. Key j is visible from row i iff -wl <= j - (i + off) <= wr
+ * and j < sk (sdpa_key_range; wl, wr = 2^30 when unbounded): written in
+ * j - i so that one per-tile base and compile-time constants give every
+ * element's test, keeping registers for the accumulators. */
+typedef struct fwd_rows {
+  int i0;
+  int off, wl, wr, sk;
+} fwd_rows;
+
+__device__ __forceinline__ int row_i(const fwd_rows *rw, int mt, int hf) {
+  return rw->i0 + mt * 16 + hf * 8;
+}
+
+/* What one block computes: blockIdx.(x, y, z) = (query block counted from
+ * the last, so heavier causal blocks start first; head; batch). Filled by
+ * fwd_block_init, then fwd_block_rows. */
+typedef struct fwd_block {
+  int b, hh, hk;      /* batch, query head, its kv head */
+  int sq, sk, d;      /* this batch's sequence lengths, the head dim */
+  int m0;             /* first query row of the block */
+  int n_begin, n_end; /* key tiles [n_begin, n_end): those some row of the block sees */
+  int64_t lo1, hi0;   /* keys [lo1, hi0) every row of the block sees (no mask there) */
+  int alibi_off;      /* s_k - s_q: alibi's distance is |i + alibi_off - j| */
+  float slope2;       /* alibi slope * log2(e) (0 without alibi) */
+  fwd_rows rw;        /* this thread's rows */
+} fwd_block;
+
+/* Who the block is: batch, head, lengths, first query row (bm rows a
+ * block); 0 when it has no query row (varlen: past this batch's s_q), so the
+ * kernel returns before any address math. */
+__device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_sm80_params *prm,
+                                              int bm) {
+  const sdpa_problem *p = &prm->p;
+  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
+  kb->hh = blockIdx.y;
+  kb->b = blockIdx.z;
+  kb->sq = (int)sdpa_seq_len_q(p, kb->b);
+  kb->m0 = m_block * bm;
+  if (kb->m0 >= kb->sq) return 0;
+  kb->sk = (int)sdpa_seq_len_k(p, kb->b);
+  kb->hk = kb->hh / prm->h_per_hk;
+  kb->d = (int)p->d;
+  return 1;
+}
+
+/* What the block visits: key tiles of bn keys, the rows of this thread
+ * (rows mw a warp; g = lane / 4) and their mask and alibi geometry. Kept
+ * apart from fwd_block_init and called after the kernel's address math:
+ * the 16-bit kernels sit at 255 registers, and computing these earlier
+ * moved ptxas's spills (2026-11-21, bf16 d = 128: +12 bytes). */
+__device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_sm80_params *prm,
+                                              int bm, int bn, int mw, int warp, int g) {
+  const sdpa_problem *p = &prm->p;
+  const int sq = kb->sq, sk = kb->sk;
+  int64_t lo0, hi0, lo1, hi1;
+  sdpa_key_range(p, kb->m0, sq, sk, &lo0, &hi0);
+  sdpa_key_range(p, min(kb->m0 + bm, sq) - 1, sq, sk, &lo1, &hi1);
+  kb->n_begin = (int)(lo0 / bn);
+  kb->n_end = (int)((min(hi1, (int64_t)sk) + bn - 1) / bn);
+  kb->lo1 = lo1;
+  kb->hi0 = hi0;
+  kb->rw.i0 = kb->m0 + warp * mw + g;
+  kb->rw.off = p->bottom_right ? sk - sq : 0;
+  kb->rw.wl = (int)(p->window_left < 0 ? 0x40000000 : min(p->window_left, (int64_t)0x40000000));
+  kb->rw.wr = (int)(p->window_right < 0 ? 0x40000000 : min(p->window_right, (int64_t)0x40000000));
+  kb->rw.sk = sk;
+  kb->alibi_off = sk - sq;
+  kb->slope2 =
+      prm->has_alibi ? p->alibi[kb->b * p->alibi_sb + kb->hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
 }
 
 #endif /* SDPA_FWD_SM80_COMMON_CUH */

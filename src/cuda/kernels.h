@@ -37,6 +37,13 @@
   (SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND | SDPA_FEAT_ROTARY |             \
    SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA | SDPA_FEAT_SPLITKV)
 
+/* What the fp32 tensor-core rows support (added by "tf32":
+ * src/cuda/fwd_tf32_body.cuh; the rest: bias, dropout, probs, KV cache,
+ * forced split-KV, d_v != d, unaligned rows, are refused: fwd_simt runs them). */
+#define SDPA_FWD_TF32_FEATURES                                                           \
+  (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
+   SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+
 /* What the SIMT rows support (added by "simt": src/cuda/simt_*.cu). */
 #define SDPA_SIMT_FWD_FEATURES                                                           \
   (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_APPEND | SDPA_FEAT_ROTARY | SDPA_FEAT_SPLITKV))
@@ -56,6 +63,8 @@ extern "C" {
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)            \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
+#define SDPA_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps) \
+  sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);
 #define SDPA_SIMT_KERNEL(name, op)                                                \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
@@ -68,6 +77,7 @@ extern "C" {
 #undef SDPA_BWD_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
+#undef SDPA_TF32_KERNEL
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
  */
 #define SDPA_DT_F16_ SDPA_DT_F16
 #define SDPA_DT_BF16_ SDPA_DT_BF16
+#define SDPA_DT_F32_ SDPA_DT_F32
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
@@ -25,6 +26,10 @@
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_DECODE_FEATURES, name##_run, name##_workspace, 0},
+/* fp32 tensor-core rows (added by "tf32"): run function only */
+#define SDPA_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                         \
+  {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
+   hdim_min, bm, bn, SDPA_FWD_TF32_FEATURES, name##_run, NULL, 0},
 /* SIMT rows (added by "simt"): every arch from sm_75, every dtype and head dim */
 #define SDPA_SIMT_KERNEL(name, op)                                                           \
   {#name, SDPA_OP_##op, SDPA_DEVICE_CUDA, 75, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0, \
@@ -38,5 +43,7 @@
 #undef SDPA_BWD_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
+#undef SDPA_TF32_KERNEL
 #undef SDPA_DT_F16_
 #undef SDPA_DT_BF16_
+#undef SDPA_DT_F32_

@@ -1,6 +1,6 @@
 /*
- * gpu_common.c - CUDA_OK's fatal path and the host/device `dual` tensors of
- * the GPU tests (gpu_common.h).
+ * gpu_common.c - CUDA_OK's fatal path, the host/device `dual` tensors of
+ * the GPU tests and the benchmarks' device tensors (gpu_common.h).
  */
 #include "gpu_common.h"
 
@@ -59,4 +59,27 @@ void dual_free(dual *x) {
     CUDA_OK(cudaFree(x->d.data));
   }
   memset(x, 0, sizeof *x);
+}
+
+void gpu_bench_alloc(const void *host, size_t n, size_t es, void *buf[4]) {
+  static const size_t shift[3] = {0, 7, 13};
+  for (int k = 0; k < 4; ++k) CUDA_OK(cudaMalloc(&buf[k], n * es));
+  for (int k = 0; k < 3; ++k)
+    CUDA_OK(cudaMemcpy(buf[k], (const char *)host + shift[k] * es, (n - shift[k]) * es,
+                       cudaMemcpyHostToDevice));
+}
+
+void gpu_bench_free(void *buf[4]) {
+  for (int k = 0; k < 4; ++k) CUDA_OK(cudaFree(buf[k]));
+}
+
+sdpa_fwd_desc gpu_bench_desc(void *buf[4], sdpa_dtype dt, const int64_t shape[4]) {
+  sdpa_fwd_desc desc;
+  sdpa_fwd_init(&desc);
+  desc.attn.device = SDPA_DEVICE_CUDA;
+  desc.attn.q = sdpa_tensor_contiguous(buf[0], dt, 4, shape);
+  desc.attn.k = sdpa_tensor_contiguous(buf[1], dt, 4, shape);
+  desc.attn.v = sdpa_tensor_contiguous(buf[2], dt, 4, shape);
+  desc.out = sdpa_tensor_contiguous(buf[3], dt, 4, shape);
+  return desc;
 }

@@ -4,7 +4,7 @@
  * host tensor under the harness's conventions (poisoned, any strides) paired
  * with a device allocation of the same span and strides, so a case builds
  * its inputs on the host, uploads, calls sdpa on the device and downloads the
- * outputs for the oracle checks.
+ * outputs for the oracle checks; and the device tensors of the benchmarks.
  */
 #ifndef SDPA_TEST_GPU_COMMON_H
 #define SDPA_TEST_GPU_COMMON_H
@@ -35,5 +35,14 @@ dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64
 void dual_upload(dual *x);
 void dual_download(dual *x);
 void dual_free(dual *x); /* accepts a zeroed dual */
+
+/* Benchmark tensors: buf[0..3] = q, k, v, out, n elements of es bytes each
+ * on the device; q, k and v hold host[0..n) shifted by 0, 7 and 13 elements
+ * (so the three differ; the tail is left as cudaMalloc returned it). */
+void gpu_bench_alloc(const void *host, size_t n, size_t es, void *buf[4]);
+void gpu_bench_free(void *buf[4]);
+/* A forward on them: dense [b, s, h, d] = shape of dtype dt on CUDA, the
+ * rest as sdpa_fwd_init leaves it. */
+sdpa_fwd_desc gpu_bench_desc(void *buf[4], sdpa_dtype dt, const int64_t shape[4]);
 
 #endif /* SDPA_TEST_GPU_COMMON_H */

@@ -397,14 +397,8 @@ static void bench(void) {
     x ^= x << 17;
     host[e] = (uint16_t)(0x3f00u | (x & 0x7fu) | ((x >> 8) & 1u) << 15);
   }
-  void *q, *k, *v, *o;
-  CUDA_OK(cudaMalloc(&q, n * 2));
-  CUDA_OK(cudaMalloc(&k, n * 2));
-  CUDA_OK(cudaMalloc(&v, n * 2));
-  CUDA_OK(cudaMalloc(&o, n * 2));
-  CUDA_OK(cudaMemcpy(q, host, n * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(k, host + 7, (n - 7) * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(v, host + 13, (n - 13) * 2, cudaMemcpyHostToDevice));
+  void *dev[4]; /* q, k, v, out */
+  gpu_bench_alloc(host, n, 2, dev);
   free(host);
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
@@ -416,13 +410,7 @@ static void bench(void) {
       for (int causal = 0; causal < 2; ++causal) {
         int64_t d = ds[di], s = ss[si], b = 16384 / s, h = 2048 / d;
         int64_t shape[4] = {b, s, h, d};
-        sdpa_fwd_desc desc;
-        sdpa_fwd_init(&desc);
-        desc.attn.device = SDPA_DEVICE_CUDA;
-        desc.attn.q = sdpa_tensor_contiguous(q, SDPA_DTYPE_BF16, 4, shape);
-        desc.attn.k = sdpa_tensor_contiguous(k, SDPA_DTYPE_BF16, 4, shape);
-        desc.attn.v = sdpa_tensor_contiguous(v, SDPA_DTYPE_BF16, 4, shape);
-        desc.out = sdpa_tensor_contiguous(o, SDPA_DTYPE_BF16, 4, shape);
+        sdpa_fwd_desc desc = gpu_bench_desc(dev, SDPA_DTYPE_BF16, shape);
         desc.attn.causal = causal;
         int ok = 1;
         for (int w = 0; w < 5 && ok; ++w) ok = sdpa_fwd(&desc) == SDPA_OK;
@@ -447,10 +435,7 @@ static void bench(void) {
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaEventDestroy(e0));
   CUDA_OK(cudaEventDestroy(e1));
-  CUDA_OK(cudaFree(q));
-  CUDA_OK(cudaFree(k));
-  CUDA_OK(cudaFree(v));
-  CUDA_OK(cudaFree(o));
+  gpu_bench_free(dev);
 }
 
 /* ---- main ------------------------------------------------------------------------------ */

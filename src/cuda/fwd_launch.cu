@@ -1,0 +1,56 @@
+/*
+ * fwd_launch.cu - the host half of the mma.sync forwards' launch, one copy
+ * for every instance of fwd_sm80_body.cuh and fwd_tf32_body.cuh: the grid of
+ * a problem (query blocks x heads x batch, checked against CUDA's limits),
+ * the kernel parameters the host folds from it (sdpa_fwd_sm80_params:
+ * exp2-domain multipliers, softcap, dropout scale, feature flags), and the
+ * launch (shared-memory opt-in, cudaLaunchKernel, its error).
+ */
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "../error.h"
+#include "../registry.h"
+#include "fwd_sm80_common.cuh"
+
+extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
+                                            sdpa_fwd_sm80_params *prm, dim3 *grid) {
+  const int64_t m_blocks = (p->s_q + bm - 1) / bm;
+  if (m_blocks > 0x7fffffff || p->h > 65535 || p->b > 65535)
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: grid (%lld query blocks, h = %lld, b = %lld) exceeds CUDA's limits "
+                     "(2^31-1, 65535, 65535)",
+                     name, (long long)m_blocks, (long long)p->h, (long long)p->b);
+  *grid = dim3((unsigned)m_blocks, (unsigned)p->h, (unsigned)p->b);
+
+  memset(prm, 0, sizeof *prm);
+  prm->p = *p;
+  const int softcap = p->softcap > 0.f;
+  prm->score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
+  /* without softcap, bias and alibi, a positive multiplier commutes with the
+   * row max: scores stay raw and the softmax applies it in its FFMA */
+  prm->fold = !softcap && p->bias == NULL && p->alibi == NULL && prm->score_mul > 0.f;
+  prm->exp_mul = prm->fold ? prm->score_mul : 1.f;
+  prm->softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
+  prm->out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
+  prm->h_per_hk = (int)(p->h / p->h_k);
+  prm->has_softcap = softcap;
+  prm->has_alibi = p->alibi != NULL;
+  prm->has_dropout = p->dropout_p > 0.f;
+  prm->has_bias = p->bias != NULL;
+  return SDPA_OK;
+}
+
+extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
+                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
+                                       const char *name) {
+  SDPA_TRY(sdpa_cuda_opt_in_smem(kernel, smem, smem_set, name));
+  void *args[1] = {(void *)prm};
+  cudaError_t e = cudaLaunchKernel(kernel, grid, dim3((unsigned)threads), args, (size_t)smem,
+                                   (cudaStream_t)prm->p.stream);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", name, cudaGetErrorString(e));
+  return SDPA_OK;
+}

@@ -1,0 +1,94 @@
+/*
+ * tile_load.cuh - the cp.async copy of a [rows, d] tile of q, k or v into
+ * XOR-swizzled shared memory, shared by the mma.sync forwards
+ * (fwd_sm80_body.cuh: 16-bit elements; fwd_tf32_body.cuh: fp32). A shared
+ * row is CPR 16-byte chunks and logical chunk c of row r lands at physical
+ * chunk swz(r, c). A body includes it after its geometry and its swizzle,
+ * which define: NTHREADS; CPR; EPC (elements per 16-byte chunk); CPRP (CPR
+ * rounded up to a power of two, at most 32: lanes per row in the lane
+ * scheme) and LOAD_RPP = NTHREADS / CPRP; LOAD_PLAIN (1: the plain loop
+ * where CPR does not divide the block); the element type tile_elem; and
+ * int swz(int r, int c).
+ */
+#ifndef SDPA_TILE_LOAD_CUH
+#define SDPA_TILE_LOAD_CUH
+
+#include <stdint.h>
+
+#include "ptx_cp_async.cuh"
+
+static_assert((CPRP >= CPR && CPRP <= 32) || (NTHREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
+              "load_tile: a row's chunks must fit the lanes of one warp");
+
+/* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
+ * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
+ * read nothing (their source operand is `safe`, the tensor's base).
+ * Each thread keeps one chunk column and steps by whole rows: no division,
+ * one 64-bit add per copy. (A plain i / CPR loop before 2026-11-21 cost 15%
+ * at d = 128 and more at d = 256.) Buckets whose CPR divides the block
+ * (16-bit d = 32, 64, 128) unroll fully; the others give a row CPRP lanes (CPR
+ * rounded up to a power of two, the extra lanes idle) and unroll by 2
+ * (LOAD_PLAIN, the sm80 _full variants: a plain loop):
+ * fuller unrolling hoists offsets into registers the accumulators need
+ * (ptxas: spills at d = 128 and 256 otherwise). */
+__device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, int64_t stride,
+                                          int rows, int rows_valid, int d, int tid,
+                                          const void *safe) {
+  if (NTHREADS % CPR == 0 && CPR <= 16) {
+    const int c = tid % CPR, r0 = tid / CPR;
+    const int rem = d - c * EPC;
+    const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
+    const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
+    const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
+    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
+#pragma unroll
+      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
+        const int r = r0 + it * (NTHREADS / CPR);
+        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+      }
+      return;
+    }
+#pragma unroll
+    for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
+      const int r = r0 + it * (NTHREADS / CPR);
+      const int ok = r < rows_valid && bytes > 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
+    }
+  } else if (LOAD_PLAIN) { /* sm80 _full kernels: the lane scheme spilled 4 bytes at d = 192 */
+#pragma unroll 1
+    for (int i = tid; i < rows * CPR; i += NTHREADS) {
+      const int r = i / CPR, c = i % CPR;
+      const int rem = d - c * EPC;
+      const int bytes = (r < rows_valid && rem > 0) ? (rem >= EPC ? 16 : rem * (16 / EPC)) : 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  bytes ? (const void *)(g + (int64_t)r * stride + c * EPC) : safe, bytes);
+    }
+  } else {
+    const int lane = tid & 31;
+    const int c = lane % CPRP;
+    const int r0 = (tid >> 5) * (32 / CPRP) + lane / CPRP;
+    if (CPRP != CPR && c >= CPR) return; /* idle lanes of a padded row */
+    const int rem = d - c * EPC;
+    const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
+    const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
+    const int64_t step = (int64_t)LOAD_RPP * stride;
+    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
+#pragma unroll 2
+      for (int it = 0; it < rows / LOAD_RPP; ++it) {
+        const int r = r0 + it * LOAD_RPP;
+        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+      }
+      return;
+    }
+#pragma unroll 2
+    for (int it = 0; it < rows / LOAD_RPP; ++it) {
+      const int r = r0 + it * LOAD_RPP;
+      const int ok = r < rows_valid && bytes > 0;
+      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+                  ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
+    }
+  }
+}
+
+#endif /* SDPA_TILE_LOAD_CUH */
