@@ -453,9 +453,4 @@ extern "C" sdpa_status DEC_RUN(const sdpa_problem *p, const sdpa_kernel_row *row
 #undef DEC_KERNEL
 #undef DEC_RUN
 #undef DEC_WORKSPACE
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

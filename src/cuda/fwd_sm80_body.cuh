@@ -872,9 +872,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_RUN
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

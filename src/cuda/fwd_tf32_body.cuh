@@ -78,6 +78,7 @@
 #include "fwd_sm80_common.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh"
+#include "ptx_tf32.cuh"
 
 #define SDPA_PASTE_(a, b) a##b
 #define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
@@ -113,31 +114,6 @@ static_assert(NTHREADS % CPR != 0 || (BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0),
 static_assert(BN % 8 == 0, "key tiles are whole n8 tiles");
 
 /* ---- primitives ---------------------------------------------------------------- */
-
-/* d += a * b, tf32 operands (the top 19 bits of each register), fp32 accumulators. */
-__device__ __forceinline__ void mma_m16n8k8_tf32(float *d, const uint32_t *a, const uint32_t *b) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-/* x = big + small: big = x rounded to tf32 (nearest, ties away from zero; an
- * integer add and mask: cvt.rna.tf32.f32 is four instructions), small = the
- * exact remainder. */
-__device__ __forceinline__ void tf32_split(float x, uint32_t *big, uint32_t *small) {
-  const uint32_t b = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  *big = b;
-  *small = __float_as_uint(x - __uint_as_float(b));
-}
-
-/* d += a * b in 3xTF32 (a = ah + al, b = bh + bl): the small products first. */
-__device__ __forceinline__ void mma_3xtf32(float *d, const uint32_t *ah, const uint32_t *al,
-                                           const uint32_t *bh, const uint32_t *bl) {
-  mma_m16n8k8_tf32(d, al, bh);
-  mma_m16n8k8_tf32(d, ah, bl);
-  mma_m16n8k8_tf32(d, ah, bh);
-}
 
 /* Swizzle key of shared row r: physical chunk = logical chunk ^ tf_swz(r)
  * (bits 1..2 only, so groups of 8 chunks stay in place). */
@@ -606,9 +582,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
 #undef SDPA_KERNEL
 #undef SDPA_RUN
-#undef SDPA_KERNEL_NAME
-#undef SDPA_DTYPE
-#undef SDPA_HDIM
-#undef SDPA_BLOCK_M
-#undef SDPA_BLOCK_N
-#undef SDPA_WARPS
+#include "row_undef.cuh"

@@ -4,6 +4,7 @@
  */
 #include "gpu_common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,4 +60,18 @@ void dual_free(dual *x) {
     CUDA_OK(cudaFree(x->d.data));
   }
   memset(x, 0, sizeof *x);
+}
+
+/* max |got - ref| / max |ref| over the finite refs; equal values (inf == inf)
+ * count 0, NaN (or the poison) fails. */
+double gpu_rel_error(const sdpa_tensor *got, const double *ref) {
+  const int64_t n = test_numel(got);
+  double err = 0.0, m = 0.0;
+  for (int64_t e = 0; e < n; ++e) {
+    if (isfinite(ref[e]) && fabs(ref[e]) > m) m = fabs(ref[e]);
+    const double x = test_get(got, e);
+    const double dx = x == ref[e] ? 0.0 : fabs(x - ref[e]);
+    if (!(dx <= err)) err = dx; /* NaN sticks */
+  }
+  return m > 0.0 ? err / m : err;
 }

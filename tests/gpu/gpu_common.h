@@ -36,4 +36,8 @@ void dual_upload(dual *x);
 void dual_download(dual *x);
 void dual_free(dual *x); /* accepts a zeroed dual */
 
+/* max |got - ref| / max |ref| over the finite refs (the fp32 rows' accuracy
+ * measure); equal values (inf == inf) count 0, NaN (or the poison) gives NaN. */
+double gpu_rel_error(const sdpa_tensor *got, const double *ref);
+
 #endif /* SDPA_TEST_GPU_COMMON_H */
