@@ -1,6 +1,6 @@
 /*
- * gpu_common.c - CUDA_OK's fatal path and the host/device `dual` tensors of
- * the GPU tests (gpu_common.h).
+ * gpu_common.c - CUDA_OK's fatal path, the host/device `dual` tensors of
+ * the GPU tests and their relative-error measure (gpu_common.h).
  */
 #include "gpu_common.h"
 

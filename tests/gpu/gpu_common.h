@@ -4,7 +4,8 @@
  * host tensor under the harness's conventions (poisoned, any strides) paired
  * with a device allocation of the same span and strides, so a case builds
  * its inputs on the host, uploads, calls sdpa on the device and downloads the
- * outputs for the oracle checks.
+ * outputs for the oracle checks; and the relative-error measure of the fp32
+ * (tf32) tests.
  */
 #ifndef SDPA_TEST_GPU_COMMON_H
 #define SDPA_TEST_GPU_COMMON_H
