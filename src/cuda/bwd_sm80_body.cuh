@@ -18,7 +18,8 @@
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
- * Three launches on the caller's stream (workspace: bwd_sm80_common.cuh):
+ * Three launches on the caller's stream (workspace: bwd_sm80_common.cuh;
+ * pre, post and the host side: bwd_launch.cuh, shared with the fp32 body):
  *   pre   D_i = rowsum(dO_i * O_i), lse2 = lse * log2(e), dQ accumulator = 0
  *   main  one block per (key block, kv head, batch): K and V of BLOCK_N keys
  *         stay in shared memory, dK and dV accumulate in registers, and the
@@ -30,7 +31,7 @@
  *           P = exp2(S * scale * log2 e - lse2) with the forward's modifiers
  *           (softcap, alibi, causal / window in both alignments, sequence
  *           ends), dropout recomputed from Philox (philox.h, bh = b*h + head)
- *           dS = P (dP - D) (times 1 - tanh^2 under softcap)
+ *           dS = P (dP - D) (times 1 - tanh^2 under softcap; bwd_scores.cuh)
  *           dV += Pdrop^T dO, dK += dS^T Q  (P and dS repacked in registers
  *           as the A operand, like P in the forward)
  *         and dS^T goes through shared memory for dQ = dS K, added to the
@@ -49,6 +50,7 @@
  * the post-softcap score) gathers in a shared [BM, BN] tile written out by
  * whole rows after each step, and the dbias tiles that the masks skip are
  * zeroed.
+
  * Deterministic mode: block x of a (kv head, batch) owns dQ slice x alone
  * and walks key blocks x, x + n, ... in order (n from bwd_det_splits); post
  * adds the slices in order. Every dQ element is then a sum in a fixed order,
@@ -64,6 +66,7 @@
 #include "../error.h"
 #include "../problem.h"
 #include "../registry.h"
+#include "bwd_scores.cuh"
 #include "bwd_sm80_common.cuh"
 #include "fwd_sm80_common.cuh" /* fast_exp2, fast_tanh_pre, SDPA_LOG2E */
 #include "ptx_atomic.cuh"
@@ -71,35 +74,45 @@
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
 
-#define SDPA_BPASTE_(a, b) a##b
-#define SDPA_BPASTE(a, b) SDPA_BPASTE_(a, b)
-#define SDPA_BSTR_(a) #a
-#define SDPA_BSTR(a) SDPA_BSTR_(a)
 #define SDPA_BDT_IS_BF16_BF16 1
 #define SDPA_BDT_IS_BF16_F16 0
-#define SDPA_KPRE SDPA_BPASTE(SDPA_KERNEL_NAME, _pre)
-#define SDPA_KMAIN SDPA_BPASTE(SDPA_KERNEL_NAME, _kernel)
-#define SDPA_KFEAT SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_kernel)
-#define SDPA_KMAIN_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _det_kernel)
-#define SDPA_KFEAT_DET SDPA_BPASTE(SDPA_KERNEL_NAME, _feat_det_kernel)
-#define SDPA_BIAS_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _bias_run)
-#ifndef SDPA_BWD_BIAS
-#define SDPA_BWD_BIAS 0
-#endif
-#define SDPA_KPOST SDPA_BPASTE(SDPA_KERNEL_NAME, _post)
-#define SDPA_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _run)
-#define SDPA_WS SDPA_BPASTE(SDPA_KERNEL_NAME, _workspace)
-#define SDPA_BWD_KERNELS SDPA_BPASTE(SDPA_KERNEL_NAME, _kernels)
+#include "bwd_names.cuh"
+#define SDPA_BWD_BIAS_SIBLING 1 /* the row's run hands bias problems to <row>_bias */
 
 #if SDPA_BPASTE(SDPA_BDT_IS_BF16_, SDPA_DTYPE)
+#define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #define SDPA_MMA mma_m16n8k16_bf16
 #define SDPA_PACK pack_bf16x2
 #define SDPA_TO_F32 bwd_bf16_to_f32
 #else
+#define SDPA_BIAS_KIND 1 /* fp16 */
 #define SDPA_MMA mma_m16n8k16_f16
 #define SDPA_PACK pack_f16x2
 #define SDPA_TO_F32 bwd_f16_to_f32
 #endif
+#define SDPA_BELEM uint16_t
+
+/* ---- element I/O of the pre / post kernels (bwd_launch.cuh) ------------------ */
+__device__ __forceinline__ void bwd_ld8(const uint16_t *x, float *f) {
+  const uint4 v = *(const uint4 *)x;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[2 * k] = SDPA_TO_F32(w[k]), f[2 * k + 1] = SDPA_TO_F32(w[k] >> 16);
+}
+
+__device__ __forceinline__ float bwd_ld1(const uint16_t *x, int k) { return SDPA_TO_F32(x[k]); }
+
+__device__ __forceinline__ void bwd_st8(uint16_t *x, const float *f, int n) {
+  const uint32_t w[4] = {SDPA_PACK(f[0], f[1]), SDPA_PACK(f[2], f[3]), SDPA_PACK(f[4], f[5]),
+                         SDPA_PACK(f[6], f[7])};
+  if (n >= 8) {
+    *(uint4 *)x = make_uint4(w[0], w[1], w[2], w[3]);
+  } else { /* the head dim ends inside this chunk */
+#pragma unroll
+    for (int k = 0; k < 7; ++k)
+      if (k < n) x[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
+  }
+}
 
 /* ---- geometry ---------------------------------------------------------------- */
 /* Shared memory of a block of bm-query steps: Q, dO double-buffered, K, V,
@@ -110,6 +123,7 @@
 enum {
   HD = SDPA_HDIM,
   BM = SDPA_BWD_BIAS && SDPA_BWD_SMEM(SDPA_BLOCK_M) > 227 * 1024 ? SDPA_BLOCK_M / 2 : SDPA_BLOCK_M,
+
   BN = SDPA_BLOCK_N,
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
@@ -146,7 +160,8 @@ enum {
   BCH8 = BCH & ~7,
   SM_B = BM * BN * 2,
   OFF_DB = OFF_B + 2 * SM_B,
-  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0)
+  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0),
+  BWD_DROPOUT = 1
 };
 static_assert(SMEM_BYTES == SDPA_BWD_SMEM(BM), "shared-memory layout and its size formula agree");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
@@ -350,155 +365,10 @@ __device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int
   for (int i = i0 + tid / BN; i < i1; i += NTHREADS / BN) base[(int64_t)i * p->dbias_sq + j] = 0;
 }
 
-/* P and dS of one sub-step, in place: ss (S^T, this warp's 16 keys x QS
- * queries) becomes P times keep / (1 - p) (the dV operand) and sp (dP^T)
- * becomes dS = P (dP keep / (1 - p) - D) (times 1 - tanh^2 under softcap).
- * Lane (g, t); key of element (nq, e): j_lo + g + 8 (e >> 1); query:
- * q0 + 8 nq + 2 t + (e & 1); keep_bits from bwd_keep_bits when drop. With
- * bias, bv from bwd_bias_frag is added after softcap, before alibi; with
- * dbias, dS before the softcap derivative goes to the shared dbias tile at
- * sdb (bwd_dbias_out writes it out; rows r0 + .., chunks c0 + ..; 0 = none:
- * also in the warps of d splits past the first, which hold the same dS).
- * softcap, alibi,
- * drop, mask and bias are literals at
- * each call site, so each call compiles to its own code: the plain unmasked
- * form is one FFMA, one MUFU, one FADD and two FMULs an element (the
- * run-time tests it replaces cost about 20 instructions an element;
- * bench/NOTES.md). */
-__device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4],
-                                         const sdpa_bwd_sm80_params *prm, const float *lse_t,
-                                         const float *dd_t, int b, int hh, int j_lo, int q0,
-                                         int lane, int sq, int sk, int off, uint32_t keep_bits,
-                                         const uint32_t (*bv)[2], uint32_t sdb, int r0, int c0,
-                                         const int softcap, const int alibi, const int drop,
-                                         const int mask, const int bias) {
-  const sdpa_problem *p = &prm->p;
-  const int g = lane >> 2, t = lane & 3;
-  const float slope2 = alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
-  const int dj0 = j_lo + g - q0 - 2 * t - off; /* j - i - off at nq = 0, e = 0 */
-#pragma unroll
-  for (int nq = 0; nq < NQ; ++nq) {
-    const float2 l2 = *(const float2 *)(lse_t + nq * 8 + 2 * t);
-    const float2 d2 = *(const float2 *)(dd_t + nq * 8 + 2 * t);
-    uint32_t kb[2] = {0u, 0u};
-    if (drop) {
-      kb[0] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t);
-      kb[1] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t + 1);
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int dj = dj0 - nq * 8 - (e & 1) + (e >> 1) * 8;
-      const int j = j_lo + g + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
-      const float l = (e & 1) ? l2.y : l2.x;
-      float pr, deriv = 1.f;
-      const float bf = bias ? SDPA_TO_F32(bv[nq][e >> 1] >> (16 * (e & 1))) : 0.f;
-      if (!softcap && !alibi) {
-        pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, bias ? fmaf(bf, SDPA_LOG2E, -l) : -l));
-      } else {
-        float x = ss[nq][e] * prm->score_mul;
-        if (softcap) {
-          const float th = fast_tanh_pre(x);
-          deriv = 1.f - th * th;
-          x = th * prm->softcap_post;
-        }
-        if (bias) x = fmaf(bf, SDPA_LOG2E, x);
-        if (alibi) x -= slope2 * fabsf((float)(dj + off - (sk - sq)));
-        pr = fast_exp2(x - l);
-      }
-      if (mask && (dj < -prm->wl || dj > prm->wr || j >= sk || i >= sq)) pr = 0.f;
-      float dpv = sp[nq][e], pk = pr;
-      if (drop) {
-        const float keep = (kb[e & 1] >> (g + 8 * (e >> 1))) & 1u ? prm->drop_scale : 0.f;
-        dpv *= keep;
-        pk *= keep;
-      }
-      const float dsv = pr * (dpv - ((e & 1) ? d2.y : d2.x));
-      if (bias && sdb) {
-        const int r = r0 + nq * 8 + 2 * t + (e & 1), c = c0 + (e >> 1);
-        const uint32_t a = sdb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16 + g * 2);
-        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(a), "h"((unsigned short)SDPA_PACK(dsv, 0.f)));
-      }
-      sp[nq][e] = softcap ? dsv * deriv : dsv;
-      ss[nq][e] = pk;
-    }
-  }
-}
-
-/* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
-/* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
-extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  const sdpa_problem *p = &prm.p;
-  const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
-  const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
-  if (i >= sdpa_seq_len_q(p, b)) return; /* whole 8-lane teams leave together */
-  const unsigned team = 0xffu << (threadIdx.x & 24);
-  const int64_t row = sdpa_seq_q_start(p, b) + i;
-  const int d = (int)p->d_v;
-  const uint16_t *o = (const uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh);
-  const uint16_t *dout = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, i, hh);
-  float acc = 0.f;
-  for (int c = l8 * 8; c < d; c += 64) {
-    if (c + 8 <= d) {
-      const uint4 ov = *(const uint4 *)(o + c), dv = *(const uint4 *)(dout + c);
-      const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        acc += SDPA_TO_F32(ow[k]) * SDPA_TO_F32(dw[k]) + SDPA_TO_F32(ow[k] >> 16) * SDPA_TO_F32(dw[k] >> 16);
-    } else {
-      for (int k = c; k < d; ++k) acc += SDPA_TO_F32(o[k]) * SDPA_TO_F32(dout[k]);
-    }
-  }
-  acc += __shfl_xor_sync(team, acc, 4);
-  acc += __shfl_xor_sync(team, acc, 2);
-  acc += __shfl_xor_sync(team, acc, 1);
-  if (l8 == 0) {
-    prm.dsum[hh * prm.total_q + row] = acc;
-    prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
-  }
-  for (int sl = 0; sl < prm.nsplit; ++sl) {
-    float4 *a = (float4 *)(prm.dq_acc + sl * prm.slice + (row * p->h + hh) * HD);
-    for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
-/* ---- post: dQ = scale * accumulator, in the input dtype ------------------------------ */
-extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_constant__ sdpa_bwd_sm80_params prm) {
-  const sdpa_problem *p = &prm.p;
-  const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
-  const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
-  if (i >= sdpa_seq_len_q(p, b)) return;
-  const int64_t row = sdpa_seq_q_start(p, b) + i;
-  const int d = (int)p->d;
-  const float *a = prm.dq_acc + (row * p->h + hh) * HD;
-  uint16_t *dq = (uint16_t *)p->dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
-  const float s = p->scale;
-  for (int c = l8 * 8; c < d; c += 64) {
-    float4 x = *(const float4 *)(a + c), y = *(const float4 *)(a + c + 4);
-    for (int sl = 1; sl < prm.nsplit; ++sl) { /* deterministic: the slices in a fixed order */
-      const float4 x2 = *(const float4 *)(a + sl * prm.slice + c), y2 = *(const float4 *)(a + sl * prm.slice + c + 4);
-      x.x += x2.x, x.y += x2.y, x.z += x2.z, x.w += x2.w;
-      y.x += y2.x, y.y += y2.y, y.z += y2.z, y.w += y2.w;
-    }
-    uint4 v;
-    v.x = SDPA_PACK(x.x * s, x.y * s);
-    v.y = SDPA_PACK(x.z * s, x.w * s);
-    v.z = SDPA_PACK(y.x * s, y.y * s);
-    v.w = SDPA_PACK(y.z * s, y.w * s);
-    if (c + 8 <= d) {
-      *(uint4 *)(dq + c) = v;
-    } else { /* the head dim ends inside this chunk */
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 7; ++k)
-        if (c + k < d) dq[c + k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
-    }
-  }
-}
-
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
 /* feat and det are literals at each kernel. feat 0 compiles only the plain
  * score path (masks, no softcap / alibi / dropout), 1 the general one, 2 the
- * general one with the bias (+ dbias); det 1
+ * bias kernels' forms (bias + dbias); det 1
  * walks this block's key blocks (deterministic mode), det 0 does one. Four
  * kernels keep the common one's registers and code free of what it does not
  * use (d = 128 is at 255 registers; bench/NOTES.md). */
@@ -625,27 +495,32 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
          instance (feature flags as literals) */
       {
         const float *lse_t = s_lse + cur * BM + qh * QS, *dd_t = s_dd + cur * BM + qh * QS;
-        if (!feat && full)
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, 0u, 0, 0,
-                   0, 0, 0, 0, 0);
-        else if (!feat)
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, 0u, 0, 0,
-                   0, 0, 0, 1, 0);
-        else if (feat == 1)
-          bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, NULL,
-                   0u, 0, 0, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, 0);
-        else {
-          const uint32_t sdb = ds == 0 && prm->has_dbias ? s_base + OFF_DB : 0u;
-          const int r0 = qh * QS, c0 = kw * 2;
+        if (feat < 2) {
+          bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
+                         keep_bits, feat, full, 1);
+        } else {
+          /* dbias of this sub-step into the shared dbias tile (bwd_dbias_out
+             writes it out): row r0 + 8 nq + 2 t + (e & 1), chunk kw 2 + (e >> 1) */
+          bwd_dbias_dst db;
+          const int r0 = qh * QS;
+          db.lane = ds == 0 && prm->has_dbias
+                        ? s_base + OFF_DB + (uint32_t)((r0 + 2 * t) * BCH * 16 + g * 2)
+                        : 0u;
+          db.row = BCH * 16;
+#pragma unroll
+          for (int lo = 0; lo < 2; ++lo)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              db.col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
           if (prm->has_softcap || prm->has_alibi || prm->has_dropout)
-            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv,
-                     sdb, r0, c0, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, 1);
+            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv,
+                     &db, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, SDPA_BIAS_KIND);
           else if (full) /* bias only: the plain forms plus the bias */
-            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, sdb,
-                     r0, c0, 0, 0, 0, 0, 1);
+            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, &db,
+                     0, 0, 0, 0, SDPA_BIAS_KIND);
           else
-            bwd_p_ds(ss, sp, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, sdb,
-                     r0, c0, 0, 0, 0, 1, 1);
+            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, &db,
+                     0, 0, 0, 1, SDPA_BIAS_KIND);
         }
       }
 
@@ -756,166 +631,12 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   } /* key blocks */
 }
 
-/* One kernel of the body, its form (0 plain, 1 score features, 2 bias) and
- * det as literals. */
-#define SDPA_BWD_KERNEL_DEF(name, form, det)                                             \
-  extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                              \
-      name(const __grid_constant__ sdpa_bwd_sm80_params prm) {                           \
-    bwd_body(&prm, form, det);                                                           \
-  }
-#if SDPA_BWD_BIAS
-SDPA_BWD_KERNEL_DEF(SDPA_KMAIN, 2, 0)
-SDPA_BWD_KERNEL_DEF(SDPA_KMAIN_DET, 2, 1)
-#else
-SDPA_BWD_KERNEL_DEF(SDPA_KMAIN, 0, 0)
-SDPA_BWD_KERNEL_DEF(SDPA_KFEAT, 1, 0)
-SDPA_BWD_KERNEL_DEF(SDPA_KMAIN_DET, 0, 1)
-SDPA_BWD_KERNEL_DEF(SDPA_KFEAT_DET, 1, 1)
-#endif
-#undef SDPA_BWD_KERNEL_DEF
+#include "bwd_launch.cuh"
 
-/* ---- host --------------------------------------------------------------------------- */
-
-/* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
-#if SDPA_BWD_BIAS
-enum { NKERNELS = 2 };
-static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN,
-                                                                              SDPA_KMAIN_DET};
-#else
-enum { NKERNELS = 4 };
-static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
-    SDPA_KMAIN, SDPA_KFEAT, SDPA_KMAIN_DET, SDPA_KFEAT_DET};
-extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
-#endif
-
-extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  (void)row;
-  return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
-}
-
-static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm, unsigned char *ws,
-                                                         const bwd_ws_layout *lay) {
-  const sdpa_problem *p = &prm->p;
-  cudaStream_t stream = (cudaStream_t)p->stream;
-  cudaError_t e = cudaSuccess;
-  const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
-  if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
-  const int64_t nkb = (p->s_k + BN - 1) / BN;
-  if (nkb > 0) {
-    const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
-    const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
-    const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
-    SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
-  }
-  if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
-  e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_BSTR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  return SDPA_OK;
-}
-
-extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[NKERNELS][64]; /* per kernel and device: smem limit raised */
-#if !SDPA_BWD_BIAS
-  if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
-#endif
-  (void)row;
-  if (p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
-                   (p->dbias_nq == 1 && p->s_q > 1)))
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: dbias summed over a broadcast dim: expected a full "
-                     "[b, h, s_q, s_k] dbias (the registry routes the others)",
-                     SDPA_BSTR(SDPA_KERNEL_NAME));
-  if (p->d > HD || p->d != p->d_v)
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
-  if (p->b == 0 || p->h == 0) return SDPA_OK;
-  const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
-  if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: grid (%lld key blocks, h = %lld, b = %lld) exceeds CUDA's limits "
-                     "(2^31-1, 65535, 65535)",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
-
-  const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
-  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
-  if (p->workspace) {
-    if (p->workspace_size < lay.bytes)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace_size = %zu: expected at least %zu bytes for this problem "
-                       "(sdpa_bwd_workspace_size)", p->workspace_size, lay.bytes);
-    if ((uintptr_t)p->workspace % 16)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace = %p: expected a 16-byte aligned device pointer", p->workspace);
-  }
-
-  sdpa_bwd_sm80_params prm;
-  prm.p = *p;
-  const int softcap = p->softcap > 0.f;
-  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
-  prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
-  prm.dk_scale = p->scale;
-  prm.drop_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
-  prm.h_per_hk = (int)(p->h / p->h_k);
-  prm.nsplit = nsplit;
-  prm.total_q = bwd_total_q(p);
-  prm.wl = (int)(p->window_left < 0 || p->window_left > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
-                                                                           : p->window_left);
-  prm.wr = (int)(p->window_right < 0 || p->window_right > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
-                                                                             : p->window_right);
-  prm.has_softcap = softcap;
-  prm.has_alibi = p->alibi != NULL;
-  prm.has_dropout = p->dropout_p > 0.f;
-  prm.has_dbias = p->dbias != NULL;
-  prm.bias_aligned = p->bias && ((uintptr_t)p->bias & 15u) == 0 &&
-                     (p->bias_sb | p->bias_sh | p->bias_sq) % 8 == 0;
-  prm.dbias_aligned = p->dbias && ((uintptr_t)p->dbias & 15u) == 0 &&
-                      (p->dbias_sb | p->dbias_sh | p->dbias_sq) % 8 == 0;
-
-  for (int k = 0; k < NKERNELS; ++k)
-    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
-                                    SDPA_BSTR(SDPA_KERNEL_NAME)));
-
-  cudaStream_t stream = (cudaStream_t)p->stream;
-  cudaError_t e = cudaSuccess;
-  unsigned char *ws = (unsigned char *)p->workspace;
-  if (!ws) {
-    e = cudaMallocAsync((void **)&ws, lay.bytes, stream);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return sdpa_fail(SDPA_ERR_OUT_OF_MEMORY,
-                       "%s: cudaMallocAsync of %zu bytes of backward workspace failed: %s "
-                       "(pass desc.workspace to avoid the allocation)",
-                       SDPA_BSTR(SDPA_KERNEL_NAME), lay.bytes, cudaGetErrorString(e));
-    }
-  }
-  prm.dq_acc = (float *)(ws + lay.dq_acc);
-  prm.dsum = (float *)(ws + lay.dsum);
-  prm.lse2 = (float *)(ws + lay.lse2);
-  prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
-  sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm, ws, &lay);
-  if (!p->workspace) {
-    e = cudaFreeAsync(ws, stream);
-    if (e != cudaSuccess && st == SDPA_OK)
-      st = sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFreeAsync of the backward workspace failed: %s",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), cudaGetErrorString(e));
-  }
-  return st;
-}
-
+#undef SDPA_BIAS_KIND
+#undef SDPA_BWD_SMEM
+#undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA
 #undef SDPA_PACK
 #undef SDPA_TO_F32
-#undef SDPA_KPRE
-#undef SDPA_KMAIN
-#undef SDPA_KFEAT
-#undef SDPA_KMAIN_DET
-#undef SDPA_KFEAT_DET
-#undef SDPA_BIAS_RUN
-#undef SDPA_BWD_BIAS
-#undef SDPA_BWD_SMEM
-#undef SDPA_KPOST
-#undef SDPA_RUN
-#undef SDPA_BWD_KERNELS
-#undef SDPA_WS
-#include "row_undef.cuh"
+#undef SDPA_BELEM

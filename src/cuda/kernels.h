@@ -44,6 +44,13 @@
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
    SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
 
+/* What the fp32 tensor-core backward rows support (added by "tf32-bwd":
+ * src/cuda/bwd_tf32_body.cuh; the rest: dropout, bias / dbias, d_v != d,
+ * unaligned rows, are refused: bwd_simt runs them). */
+#define SDPA_BWD_TF32_FEATURES                                                           \
+  (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
+   SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+
 /* What the SIMT rows support (added by "simt": src/cuda/simt_*.cu). */
 #define SDPA_SIMT_FWD_FEATURES                                                           \
   (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_APPEND | SDPA_FEAT_ROTARY | SDPA_FEAT_SPLITKV))
@@ -65,6 +72,9 @@ extern "C" {
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
 #define SDPA_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps) \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);
+#define SDPA_BWD_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)          \
+  sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
+  size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
 #define SDPA_SIMT_KERNEL(name, op)                                                \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
@@ -78,6 +88,7 @@ extern "C" {
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
 #undef SDPA_TF32_KERNEL
+#undef SDPA_BWD_TF32_KERNEL
 
 #ifdef __cplusplus
 }

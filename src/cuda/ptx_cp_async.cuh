@@ -1,6 +1,7 @@
 /*
  * ptx_cp_async.cuh - asynchronous global -> shared copies (cp.async.cg, 16
- * bytes, L2 only) and their group fences. Minimum arch: sm_80.
+ * bytes, L2 only; cp.async.ca, 4 bytes) and their group fences. Minimum
+ * arch: sm_80.
  *
  * Contract: dst (shared) and src (global) are 16-byte aligned. With src_bytes
  * < 16 only src_bytes bytes are read and the rest of the 16 destination bytes
@@ -16,6 +17,13 @@
 
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+
+/* The 4-byte form (cp.async.ca: .cg copies 16 bytes only); dst and src 4-byte
+ * aligned, src_bytes 0 (zero-fill) or 4. */
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
 

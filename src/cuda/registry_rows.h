@@ -18,10 +18,15 @@
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
-/* backward rows (added by "cudabwd"): run and workspace functions */
-#define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
+/* backward rows (added by "cudabwd"; fp32 on tensor cores by "tf32-bwd"): run and
+ * workspace functions */
+#define SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, features)                         \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
-   hdim_min, bm, bn, SDPA_BWD_SM80_FEATURES, name##_run, name##_workspace, 0},
+   hdim_min, bm, bn, features, name##_run, name##_workspace, 0},
+#define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
+  SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_SM80_FEATURES)
+#define SDPA_BWD_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                     \
+  SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_TF32_FEATURES)
 /* decoding rows (added by "decode"): run and workspace functions */
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
@@ -44,6 +49,8 @@
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
 #undef SDPA_TF32_KERNEL
+#undef SDPA_BWD_TF32_KERNEL
+#undef SDPA_BWD_ROW_
 #undef SDPA_DT_F16_
 #undef SDPA_DT_BF16_
 #undef SDPA_DT_F32_

@@ -1,9 +1,11 @@
 /*
  * gpu_common.c - CUDA_OK's fatal path, the host/device `dual` tensors of
- * the GPU tests and the benchmarks' device tensors (gpu_common.h).
+ * the GPU tests, the benchmarks' device tensors and the relative-error
+ * measure of the fp32 (tf32) tests (gpu_common.h).
  */
 #include "gpu_common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,4 +84,18 @@ sdpa_fwd_desc gpu_bench_desc(void *buf[4], sdpa_dtype dt, const int64_t shape[4]
   desc.attn.v = sdpa_tensor_contiguous(buf[2], dt, 4, shape);
   desc.out = sdpa_tensor_contiguous(buf[3], dt, 4, shape);
   return desc;
+}
+
+/* max |got - ref| / max |ref| over the finite refs; equal values (inf == inf)
+ * count 0, NaN (or the poison) fails. */
+double gpu_rel_error(const sdpa_tensor *got, const double *ref) {
+  const int64_t n = test_numel(got);
+  double err = 0.0, m = 0.0;
+  for (int64_t e = 0; e < n; ++e) {
+    if (isfinite(ref[e]) && fabs(ref[e]) > m) m = fabs(ref[e]);
+    const double x = test_get(got, e);
+    const double dx = x == ref[e] ? 0.0 : fabs(x - ref[e]);
+    if (!(dx <= err)) err = dx; /* NaN sticks */
+  }
+  return m > 0.0 ? err / m : err;
 }

@@ -28,143 +28,12 @@
 
 #include "backend.h"
 #include "common/harness.h"
+#include "gpu/bwd_case.h"
 #include "gpu/gpu_common.h"
 #include "ref/ref.h"
 
 static test_rng rng;
 
-
-/* ---- cases --------------------------------------------------------------------------- */
-typedef struct bcase {
-  const char *name;
-  sdpa_dtype dt;
-  int64_t b, h, hk, sq, sk, d;
-  int causal, top_left;
-  int64_t wl, wr; /* -1 unbounded; used when !causal */
-  float softcap, scale, dropout;
-  int alibi;      /* 0 off, 1 [h], 2 [b, h] */
-  int varlen;     /* lengths drawn in [1, sq] / [1, sk]; sequence 1 empty, seqused_k on the last */
-  int contiguous; /* no 16-byte row padding (d % 8 != 0 is then refused) */
-  int64_t pad;
-} bcase;
-
-static bcase mk(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t hk, int64_t sq,
-                int64_t sk, int64_t d) {
-  bcase c;
-  memset(&c, 0, sizeof c);
-  c.name = name, c.dt = dt, c.b = b, c.h = h, c.hk = hk, c.sq = sq, c.sk = sk, c.d = d;
-  c.wl = c.wr = -1;
-  return c;
-}
-
-typedef struct bbufs {
-  dual q, k, v, out, lse, dout, dq, dk, dv, alibi, cu_q, cu_k, used;
-  sdpa_bwd_desc host, dev;
-  int64_t nq, nk; /* rows of q / k (b * s or totals) */
-} bbufs;
-
-/* Inputs, out / lse from the CPU forward, both descriptors. 0 on failure. */
-static int build(const bcase *c, bbufs *f) {
-  memset(f, 0, sizeof *f);
-  sdpa_bwd_init(&f->host);
-  sdpa_attn *a = &f->host.attn;
-  const int r16 = !c->contiguous;
-  a->device = SDPA_DEVICE_CPU;
-  a->num_threads = 4;
-  if (c->varlen) {
-    int64_t n1[1] = {c->b + 1}, nb[1] = {c->b};
-    f->cu_q = dual_alloc(SDPA_DTYPE_I32, 1, n1, 0, 0);
-    f->cu_k = dual_alloc(SDPA_DTYPE_I32, 1, n1, 0, 0);
-    f->used = dual_alloc(SDPA_DTYPE_I32, 1, nb, 0, 0);
-    int32_t *cq = (int32_t *)f->cu_q.h.data, *ck = (int32_t *)f->cu_k.h.data;
-    int32_t *us = (int32_t *)f->used.h.data;
-    int64_t mq = 0, mkk = 0;
-    cq[0] = ck[0] = 0;
-    for (int64_t b = 0; b < c->b; ++b) {
-      int64_t lq = b == 1 ? 0 : test_rng_int(&rng, 1, c->sq);
-      int64_t lk = b == 1 ? 0 : test_rng_int(&rng, 1, c->sk);
-      cq[b + 1] = (int32_t)(cq[b] + lq);
-      ck[b + 1] = (int32_t)(ck[b] + lk);
-      us[b] = (int32_t)(b == c->b - 1 ? (lk + 1) / 2 : lk);
-      if (lq > mq) mq = lq;
-      if (lk > mkk) mkk = lk;
-    }
-    f->nq = cq[c->b], f->nk = ck[c->b];
-    a->cu_seqlens_q = f->cu_q.h, a->cu_seqlens_k = f->cu_k.h, a->seqused_k = f->used.h;
-    a->max_seqlen_q = mq, a->max_seqlen_k = mkk;
-    int64_t sq[3] = {f->nq, c->h, c->d}, sk[3] = {f->nk, c->hk, c->d}, sl[2] = {c->h, f->nq};
-    f->q = dual_alloc(c->dt, 3, sq, r16, c->pad), f->out = dual_alloc(c->dt, 3, sq, r16, c->pad);
-    f->dout = dual_alloc(c->dt, 3, sq, r16, c->pad), f->dq = dual_alloc(c->dt, 3, sq, r16, c->pad);
-    f->k = dual_alloc(c->dt, 3, sk, r16, c->pad), f->v = dual_alloc(c->dt, 3, sk, r16, c->pad);
-    f->dk = dual_alloc(c->dt, 3, sk, r16, c->pad), f->dv = dual_alloc(c->dt, 3, sk, r16, c->pad);
-    f->lse = dual_alloc(SDPA_DTYPE_F32, 2, sl, 0, 0);
-  } else {
-    f->nq = c->b * c->sq, f->nk = c->b * c->sk;
-    int64_t sq[4] = {c->b, c->sq, c->h, c->d}, sk[4] = {c->b, c->sk, c->hk, c->d};
-    int64_t sl[3] = {c->b, c->h, c->sq};
-    f->q = dual_alloc(c->dt, 4, sq, r16, c->pad), f->out = dual_alloc(c->dt, 4, sq, r16, c->pad);
-    f->dout = dual_alloc(c->dt, 4, sq, r16, c->pad), f->dq = dual_alloc(c->dt, 4, sq, r16, c->pad);
-    f->k = dual_alloc(c->dt, 4, sk, r16, c->pad), f->v = dual_alloc(c->dt, 4, sk, r16, c->pad);
-    f->dk = dual_alloc(c->dt, 4, sk, r16, c->pad), f->dv = dual_alloc(c->dt, 4, sk, r16, c->pad);
-    f->lse = dual_alloc(SDPA_DTYPE_F32, 3, sl, 0, 0);
-  }
-  test_fill_normal(&f->q.h, &rng, 1.0);
-  test_fill_normal(&f->k.h, &rng, 1.0);
-  test_fill_normal(&f->v.h, &rng, 1.0);
-  test_fill_normal(&f->dout.h, &rng, 1.0);
-  if (c->alibi) {
-    int64_t as[2] = {c->b, c->h};
-    f->alibi = c->alibi == 1 ? dual_alloc(SDPA_DTYPE_F32, 1, &as[1], 0, 0)
-                             : dual_alloc(SDPA_DTYPE_F32, 2, as, 0, 0);
-    test_fill_uniform(&f->alibi.h, &rng, 0.05, 0.6);
-    a->alibi_slopes = f->alibi.h;
-  }
-  a->q = f->q.h, a->k = f->k.h, a->v = f->v.h;
-  a->scale = c->scale;
-  a->softcap = c->softcap;
-  a->causal = c->causal;
-  a->align = c->top_left ? SDPA_ALIGN_TOP_LEFT : SDPA_ALIGN_BOTTOM_RIGHT;
-  if (!c->causal) a->window_left = c->wl, a->window_right = c->wr;
-  a->dropout_p = c->dropout;
-  a->dropout_seed = test_rng_u64(&rng);
-  a->dropout_offset = test_rng_u64(&rng) & 0xffffu;
-
-  sdpa_fwd_desc fd;
-  sdpa_fwd_init(&fd);
-  fd.attn = *a;
-  fd.out = f->out.h, fd.lse = f->lse.h;
-  sdpa_status st = sdpa_fwd(&fd);
-  if (!TEST_EXPECT(st == SDPA_OK, "%s: CPU sdpa_fwd: %s", c->name, sdpa_last_error())) return 0;
-
-  f->host.out = f->out.h, f->host.lse = f->lse.h, f->host.dout = f->dout.h;
-  f->host.dq = f->dq.h, f->host.dk = f->dk.h, f->host.dv = f->dv.h;
-
-  dual *all[] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->dout, &f->alibi, &f->cu_q, &f->cu_k, &f->used};
-  for (size_t n = 0; n < sizeof all / sizeof all[0]; ++n) dual_upload(all[n]);
-  f->dev = f->host;
-  sdpa_attn *g = &f->dev.attn;
-  g->device = SDPA_DEVICE_CUDA;
-  g->q = f->q.d, g->k = f->k.d, g->v = f->v.d;
-  if (c->varlen) g->cu_seqlens_q = f->cu_q.d, g->cu_seqlens_k = f->cu_k.d, g->seqused_k = f->used.d;
-  if (c->alibi) g->alibi_slopes = f->alibi.d;
-  f->dev.out = f->out.d, f->dev.lse = f->lse.d, f->dev.dout = f->dout.d;
-  f->dev.dq = f->dq.d, f->dev.dk = f->dk.d, f->dev.dv = f->dv.d;
-  return 1;
-}
-
-static void release(bbufs *f) {
-  dual *all[] = {&f->q, &f->k, &f->v, &f->out, &f->lse, &f->dout, &f->dq, &f->dk, &f->dv,
-                 &f->alibi, &f->cu_q, &f->cu_k, &f->used};
-  for (size_t n = 0; n < sizeof all / sizeof all[0]; ++n) dual_free(all[n]);
-}
-
-static void poison_grads(bbufs *f) {
-  dual *g[3] = {&f->dq, &f->dk, &f->dv};
-  for (int n = 0; n < 3; ++n) {
-    test_poison(&g[n]->h);
-    dual_upload(g[n]);
-  }
-}
 
 static void check_grad(const char *cname, const char *what, const sdpa_tensor *got,
                        const double *ref, const double *lowp) {
@@ -183,30 +52,18 @@ static void run_case(const bcase *c, int det_runs) {
   printf("-- %s: %s b%lld h%lld/%lld s%lld/%lld d%lld%s\n", c->name, sdpa_dtype_string(c->dt),
          (long long)c->b, (long long)c->h, (long long)c->hk, (long long)c->sq, (long long)c->sk,
          (long long)c->d, c->varlen ? " varlen" : "");
-  if (!build(c, &f)) {
-    release(&f);
+  if (!bwd_case_build(c, &f, &rng)) {
+    bwd_case_release(&f);
     return;
   }
-  sdpa_problem p;
-  sdpa_status st = sdpa_validate_bwd(&f.host, &p);
-  if (!TEST_EXPECT(st == SDPA_OK, "%s: validate: %s", c->name, sdpa_last_error())) {
-    release(&f);
-    return;
-  }
-  const int64_t ndq = f.nq * c->h * c->d, ndk = f.nk * c->hk * c->d;
   double *r[2][3];
-  for (int l = 0; l < 2; ++l) {
-    r[l][0] = malloc(sizeof(double) * (size_t)(ndq ? ndq : 1));
-    r[l][1] = malloc(sizeof(double) * (size_t)(ndk ? ndk : 1));
-    r[l][2] = malloc(sizeof(double) * (size_t)(ndk ? ndk : 1));
-    if (ref_bwd(&p, l, NULL, r[l][0], r[l][1], r[l][2], NULL)) {
-      printf("FATAL ref_bwd: out of memory\n");
-      exit(1);
-    }
+  if (!bwd_case_oracle(c, &f, 0, r[0]) || !bwd_case_oracle(c, &f, 1, r[1])) {
+    bwd_case_release(&f);
+    return;
   }
   f.dev.deterministic = det_runs > 0;
-  poison_grads(&f);
-  st = sdpa_bwd(&f.dev);
+  bwd_case_poison(&f);
+  const sdpa_status st = sdpa_bwd(&f.dev);
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd: %s: %s", c->name, sdpa_status_string(st),
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
@@ -214,31 +71,14 @@ static void run_case(const bcase *c, int det_runs) {
     check_grad(c->name, "dq", &f.dq.h, r[0][0], r[1][0]);
     check_grad(c->name, "dk", &f.dk.h, r[0][1], r[1][1]);
     check_grad(c->name, "dv", &f.dv.h, r[0][2], r[1][2]);
-    if (det_runs > 0) {
-      dual *g[3] = {&f.dq, &f.dk, &f.dv};
-      void *first[3];
-      for (int n = 0; n < 3; ++n) {
-        first[n] = malloc(g[n]->bytes ? g[n]->bytes : 1);
-        memcpy(first[n], g[n]->h.data, g[n]->bytes);
-      }
-      int same = 1;
-      for (int run = 0; run < det_runs; ++run) {
-        poison_grads(&f);
-        st = sdpa_bwd(&f.dev);
-        TEST_EXPECT(st == SDPA_OK, "%s: deterministic run %d: %s", c->name, run, sdpa_last_error());
-        for (int n = 0; n < 3; ++n) {
-          dual_download(g[n]);
-          if (memcmp(first[n], g[n]->h.data, g[n]->bytes) != 0) same = 0;
-        }
-      }
-      TEST_EXPECT(same, "%s: deterministic = 1: dq / dk / dv differ between %d runs", c->name,
+    if (det_runs > 0)
+      TEST_EXPECT(bwd_case_rerun_same(c, &f, det_runs),
+                  "%s: deterministic = 1: dq / dk / dv differ between %d runs", c->name,
                   det_runs + 1);
-      for (int n = 0; n < 3; ++n) free(first[n]);
-    }
   }
   for (int l = 0; l < 2; ++l)
     for (int e = 0; e < 3; ++e) free(r[l][e]);
-  release(&f);
+  bwd_case_release(&f);
 }
 
 /* sdpa_bwd captured in a CUDA graph with a caller workspace on a non-default
@@ -246,22 +86,14 @@ static void run_case(const bcase *c, int det_runs) {
 static void run_graph(const bcase *c) {
   bbufs f;
   printf("-- %s (CUDA graph, caller workspace)\n", c->name);
-  if (!build(c, &f)) {
-    release(&f);
+  if (!bwd_case_build(c, &f, &rng)) {
+    bwd_case_release(&f);
     return;
   }
-  sdpa_problem p;
-  if (!TEST_EXPECT(sdpa_validate_bwd(&f.host, &p) == SDPA_OK, "%s: validate", c->name)) {
-    release(&f);
-    return;
-  }
-  const int64_t ndq = f.nq * c->h * c->d, ndk = f.nk * c->hk * c->d;
   double *r[2][3];
-  for (int l = 0; l < 2; ++l) {
-    r[l][0] = malloc(sizeof(double) * (size_t)ndq);
-    r[l][1] = malloc(sizeof(double) * (size_t)ndk);
-    r[l][2] = malloc(sizeof(double) * (size_t)ndk);
-    if (ref_bwd(&p, l, NULL, r[l][0], r[l][1], r[l][2], NULL)) exit(1);
+  if (!bwd_case_oracle(c, &f, 0, r[0]) || !bwd_case_oracle(c, &f, 1, r[1])) {
+    bwd_case_release(&f);
+    return;
   }
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -273,7 +105,7 @@ static void run_graph(const bcase *c) {
   void *ws = NULL;
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
   f.dev.workspace = ws, f.dev.workspace_size = ws_bytes;
-  poison_grads(&f);
+  bwd_case_poison(&f);
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -300,18 +132,18 @@ static void run_graph(const bcase *c) {
   CUDA_OK(cudaStreamDestroy(s));
   for (int l = 0; l < 2; ++l)
     for (int e = 0; e < 3; ++e) free(r[l][e]);
-  release(&f);
+  bwd_case_release(&f);
 }
 
 /* Contiguous d = 3: rows of 6 bytes. Every sm80 row refuses them as unaligned
  * and explain says so; a slower row (the SIMT family, checked against the
  * oracle in test_gpu_simt.c) runs them, so the call itself must succeed. */
 static void run_refusal(void) {
-  bcase c = mk("unaligned_d3_contiguous", SDPA_DTYPE_BF16, 1, 2, 2, 20, 20, 3);
+  bcase c = bwd_case("unaligned_d3_contiguous", SDPA_DTYPE_BF16, 1, 2, 2, 20, 20, 3);
   bbufs f;
   c.contiguous = 1;
   printf("-- %s\n", c.name);
-  if (build(&c, &f)) {
+  if (bwd_case_build(&c, &f, &rng)) {
     char buf[4096];
     sdpa_status st = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
     TEST_EXPECT(st == SDPA_OK && strstr(buf, "bwd_sm80_bf16_hd32") && strstr(buf, "unaligned") &&
@@ -320,7 +152,7 @@ static void run_refusal(void) {
     st = sdpa_bwd(&f.dev);
     TEST_EXPECT(st == SDPA_OK, "unaligned backward runs on a fallback row: %s", sdpa_last_error());
   }
-  release(&f);
+  bwd_case_release(&f);
 }
 
 /* ---- timing ------------------------------------------------------------------------- */
@@ -337,7 +169,7 @@ static void bench(void) {
   for (int di = 0; di < 3; ++di)
     for (int causal = 0; causal < 2; ++causal) {
       const int64_t d = ds[di], s = 4096, h = 2048 / d, b = 16384 / s;
-      const int64_t shp[4] = {b, s, h, d}, sl[3] = {b, h, s};
+      /* buffers: q (also dout), k, v, out, dq, dk, dv (bf16), lse (fp32) */
       void *buf[8];
       const size_t bytes = (size_t)(b * s * h * d) * 2;
       for (int n = 0; n < 7; ++n) CUDA_OK(cudaMalloc(&buf[n], bytes));
@@ -350,19 +182,8 @@ static void bench(void) {
       for (int64_t e = 0; e < b * h * s; ++e) hl[e] = 9.0f;
       CUDA_OK(cudaMemcpy(buf[7], hl, (size_t)(b * h * s) * 4, cudaMemcpyHostToDevice));
       free(hb), free(hl);
-      sdpa_bwd_desc bd;
-      sdpa_bwd_init(&bd);
-      bd.attn.device = SDPA_DEVICE_CUDA;
-      bd.attn.causal = causal;
-      bd.attn.q = sdpa_tensor_contiguous(buf[0], SDPA_DTYPE_BF16, 4, shp);
-      bd.attn.k = sdpa_tensor_contiguous(buf[1], SDPA_DTYPE_BF16, 4, shp);
-      bd.attn.v = sdpa_tensor_contiguous(buf[2], SDPA_DTYPE_BF16, 4, shp);
-      bd.out = sdpa_tensor_contiguous(buf[3], SDPA_DTYPE_BF16, 4, shp);
-      bd.dout = sdpa_tensor_contiguous(buf[0], SDPA_DTYPE_BF16, 4, shp);
-      bd.dq = sdpa_tensor_contiguous(buf[4], SDPA_DTYPE_BF16, 4, shp);
-      bd.dk = sdpa_tensor_contiguous(buf[5], SDPA_DTYPE_BF16, 4, shp);
-      bd.dv = sdpa_tensor_contiguous(buf[6], SDPA_DTYPE_BF16, 4, shp);
-      bd.lse = sdpa_tensor_contiguous(buf[7], SDPA_DTYPE_F32, 3, sl);
+      void *const t[9] = {buf[0], buf[1], buf[2], buf[3], buf[0], buf[4], buf[5], buf[6], buf[7]};
+      sdpa_bwd_desc bd = bwd_case_dense_desc(t, SDPA_DTYPE_BF16, b, s, h, d, causal);
       double flops = 4.0 * (double)(b * h * s) * (double)s * (double)d * 2.5 * (causal ? 0.5 : 1.0);
       /* mode 3: a full [b, h, s, s] bias (zeros) and its gradient */
       const int64_t bsh[4] = {b, h, s, s};
@@ -424,7 +245,7 @@ int main(int argc, char **argv) {
     const int64_t dims[6] = {32, 64, 96, 128, 192, 256};
     for (int di = 0; di < 6; ++di)
       for (int t = 0; t < 2; ++t) {
-        bcase c = mk("small", t ? BF16 : F16, 2, 4, 2, 70, 45, dims[di]);
+        bcase c = bwd_case("small", t ? BF16 : F16, 2, 4, 2, 70, 45, dims[di]);
         c.causal = di & 1;
         c.dropout = di == 2 ? 0.17f : 0.f;
         c.softcap = di == 3 ? 4.f : 0.f;
@@ -434,44 +255,44 @@ int main(int argc, char **argv) {
   }
 
   bcase c;
-  c = mk("basic", F16, 2, 2, 2, 65, 70, 64), run_case(&c, 0);
-  c = mk("basic", BF16, 2, 2, 2, 65, 70, 64), run_case(&c, 0);
-  c = mk("gqa2_causal_br", BF16, 2, 4, 2, 130, 100, 128), c.causal = 1, run_case(&c, 0);
-  c = mk("gqa8_sq_ne_sk_causal_br", F16, 1, 8, 1, 17, 130, 64), c.causal = 1, run_case(&c, 0);
-  c = mk("gqa8_sq_gt_sk_causal_tl", BF16, 1, 8, 1, 150, 37, 128), c.causal = 1, c.top_left = 1,
+  c = bwd_case("basic", F16, 2, 2, 2, 65, 70, 64), run_case(&c, 0);
+  c = bwd_case("basic", BF16, 2, 2, 2, 65, 70, 64), run_case(&c, 0);
+  c = bwd_case("gqa2_causal_br", BF16, 2, 4, 2, 130, 100, 128), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("gqa8_sq_ne_sk_causal_br", F16, 1, 8, 1, 17, 130, 64), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("gqa8_sq_gt_sk_causal_tl", BF16, 1, 8, 1, 150, 37, 128), c.causal = 1, c.top_left = 1,
   run_case(&c, 0);
-  c = mk("sq_gt_sk_causal_br", F16, 2, 2, 1, 100, 37, 32), c.causal = 1, run_case(&c, 0);
-  c = mk("len1", BF16, 1, 2, 2, 1, 1, 64), run_case(&c, 0);
-  c = mk("sq1_causal", F16, 2, 2, 1, 1, 77, 96), c.causal = 1, run_case(&c, 0);
-  c = mk("sk1_causal_br", BF16, 1, 2, 2, 77, 1, 64), c.causal = 1, run_case(&c, 0);
-  c = mk("d1_rows16", F16, 1, 2, 1, 40, 50, 1), run_case(&c, 0);
-  c = mk("d3_rows16_causal", BF16, 2, 2, 2, 33, 70, 3), c.causal = 1, run_case(&c, 0);
-  c = mk("d160_window_br", F16, 1, 2, 1, 70, 90, 160), c.wl = 8, c.wr = 3, run_case(&c, 0);
-  c = mk("d256_window_br", BF16, 1, 2, 1, 70, 90, 256), c.wl = 8, c.wr = 3, run_case(&c, 0);
-  c = mk("d256_causal_tl", F16, 1, 2, 2, 70, 50, 256), c.causal = 1, c.top_left = 1, run_case(&c, 0);
-  c = mk("d128_window_tl_left", BF16, 1, 2, 2, 80, 80, 128), c.top_left = 1, c.wl = 20,
+  c = bwd_case("sq_gt_sk_causal_br", F16, 2, 2, 1, 100, 37, 32), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("len1", BF16, 1, 2, 2, 1, 1, 64), run_case(&c, 0);
+  c = bwd_case("sq1_causal", F16, 2, 2, 1, 1, 77, 96), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("sk1_causal_br", BF16, 1, 2, 2, 77, 1, 64), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("d1_rows16", F16, 1, 2, 1, 40, 50, 1), run_case(&c, 0);
+  c = bwd_case("d3_rows16_causal", BF16, 2, 2, 2, 33, 70, 3), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("d160_window_br", F16, 1, 2, 1, 70, 90, 160), c.wl = 8, c.wr = 3, run_case(&c, 0);
+  c = bwd_case("d256_window_br", BF16, 1, 2, 1, 70, 90, 256), c.wl = 8, c.wr = 3, run_case(&c, 0);
+  c = bwd_case("d256_causal_tl", F16, 1, 2, 2, 70, 50, 256), c.causal = 1, c.top_left = 1, run_case(&c, 0);
+  c = bwd_case("d128_window_tl_left", BF16, 1, 2, 2, 80, 80, 128), c.top_left = 1, c.wl = 20,
   run_case(&c, 0);
-  c = mk("alibi_h_causal", F16, 2, 4, 2, 50, 60, 32), c.causal = 1, c.alibi = 1, run_case(&c, 0);
-  c = mk("alibi_bh", BF16, 2, 2, 2, 40, 30, 64), c.alibi = 2, run_case(&c, 0);
-  c = mk("softcap", F16, 2, 2, 1, 45, 66, 64), c.softcap = 5.f, c.scale = 0.3f, run_case(&c, 0);
-  c = mk("softcap_causal", BF16, 1, 4, 2, 66, 66, 128), c.causal = 1, c.softcap = 2.f,
+  c = bwd_case("alibi_h_causal", F16, 2, 4, 2, 50, 60, 32), c.causal = 1, c.alibi = 1, run_case(&c, 0);
+  c = bwd_case("alibi_bh", BF16, 2, 2, 2, 40, 30, 64), c.alibi = 2, run_case(&c, 0);
+  c = bwd_case("softcap", F16, 2, 2, 1, 45, 66, 64), c.softcap = 5.f, c.scale = 0.3f, run_case(&c, 0);
+  c = bwd_case("softcap_causal", BF16, 1, 4, 2, 66, 66, 128), c.causal = 1, c.softcap = 2.f,
   run_case(&c, 0);
-  c = mk("dropout", F16, 2, 4, 2, 70, 75, 64), c.dropout = 0.17f, run_case(&c, 0);
-  c = mk("dropout_causal", BF16, 1, 2, 1, 66, 80, 128), c.causal = 1, c.dropout = 0.17f,
+  c = bwd_case("dropout", F16, 2, 4, 2, 70, 75, 64), c.dropout = 0.17f, run_case(&c, 0);
+  c = bwd_case("dropout_causal", BF16, 1, 2, 1, 66, 80, 128), c.causal = 1, c.dropout = 0.17f,
   run_case(&c, 0);
-  c = mk("dropout_d256", BF16, 1, 2, 1, 40, 50, 256), c.dropout = 0.17f, run_case(&c, 0);
-  c = mk("varlen_causal_seqused", BF16, 4, 4, 2, 90, 100, 64), c.varlen = 1, c.causal = 1,
+  c = bwd_case("dropout_d256", BF16, 1, 2, 1, 40, 50, 256), c.dropout = 0.17f, run_case(&c, 0);
+  c = bwd_case("varlen_causal_seqused", BF16, 4, 4, 2, 90, 100, 64), c.varlen = 1, c.causal = 1,
   run_case(&c, 0);
-  c = mk("varlen_all_mods", F16, 3, 4, 1, 70, 75, 128), c.varlen = 1, c.wl = 7, c.wr = 9,
+  c = bwd_case("varlen_all_mods", F16, 3, 4, 1, 70, 75, 128), c.varlen = 1, c.wl = 7, c.wr = 9,
   c.alibi = 1, c.softcap = 3.f, c.dropout = 0.17f, run_case(&c, 0);
-  c = mk("padded_gqa2", BF16, 2, 4, 2, 40, 50, 64), c.pad = 8, c.causal = 1, run_case(&c, 0);
-  c = mk("multi_block", F16, 1, 4, 2, 260, 300, 128), c.causal = 1, c.alibi = 1,
+  c = bwd_case("padded_gqa2", BF16, 2, 4, 2, 40, 50, 64), c.pad = 8, c.causal = 1, run_case(&c, 0);
+  c = bwd_case("multi_block", F16, 1, 4, 2, 260, 300, 128), c.causal = 1, c.alibi = 1,
   c.dropout = 0.17f, run_case(&c, 0);
   /* deterministic: first run checked, 5 more compared bit for bit */
-  c = mk("determinism_dense", BF16, 2, 4, 2, 300, 260, 64), c.causal = 1, run_case(&c, 5);
-  c = mk("determinism_varlen_window", F16, 4, 8, 2, 200, 180, 128), c.varlen = 1, c.wl = 40,
+  c = bwd_case("determinism_dense", BF16, 2, 4, 2, 300, 260, 64), c.causal = 1, run_case(&c, 5);
+  c = bwd_case("determinism_varlen_window", F16, 4, 8, 2, 200, 180, 128), c.varlen = 1, c.wl = 40,
   c.wr = 10, c.dropout = 0.17f, run_case(&c, 5);
-  c = mk("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
+  c = bwd_case("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
   run_refusal();
   return test_summary();
 }

@@ -165,22 +165,8 @@ static void release(tbufs *f) {
 
 /* ---- checks --------------------------------------------------------------------- */
 
-/* max |got - ref| / max |ref| over the finite refs; equal values (inf == inf)
- * count 0, NaN (or the poison) fails. */
-static double rel_error(const sdpa_tensor *got, const double *ref) {
-  const int64_t n = test_numel(got);
-  double err = 0.0, m = 0.0;
-  for (int64_t e = 0; e < n; ++e) {
-    if (isfinite(ref[e]) && fabs(ref[e]) > m) m = fabs(ref[e]);
-    const double x = test_get(got, e);
-    const double dx = x == ref[e] ? 0.0 : fabs(x - ref[e]);
-    if (!(dx <= err)) err = dx; /* NaN sticks */
-  }
-  return m > 0.0 ? err / m : err;
-}
-
 static void check_rel(const tcase *c, const char *what, const sdpa_tensor *got, const double *ref) {
-  const double rel = rel_error(got, ref);
+  const double rel = gpu_rel_error(got, ref);
   if (TEST_EXPECT(rel <= REL_TOL, "%s %s: relative error %.3g > %g", c->name, what, rel, REL_TOL))
     printf("ok   %s %s: relative error %.3g\n", c->name, what, rel);
 }

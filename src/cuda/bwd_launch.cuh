@@ -1,0 +1,248 @@
+/*
+ * bwd_launch.cuh - what the backward instances share around their main
+ * kernel (bwd_sm80_body.cuh for fp16 / bf16, bwd_tf32_body.cuh for fp32):
+ *   pre   D_i = rowsum(dO_i * O_i), lse2 = lse * log2(e), dQ accumulator = 0
+ *   main  the four compilations of the body's bwd_body(prm, feat, det)
+ *         (score features or not, deterministic or not); in a 16-bit row's
+ *         _bias instance (SDPA_BWD_BIAS 1) the two of the bias form (feat 2)
+ *   post  dQ = scale * accumulator (the slices added in order when
+ *         deterministic), in the input dtype
+ * and the host side: workspace size, parameter setup, the three launches on
+ * the caller's stream. Included at the bottom of a body, which defines first
+ *   HD, BN, NTHREADS, SMEM_BYTES   (enum) bucket, keys per block, threads,
+ *                                  dynamic shared memory of the main kernel
+ *   BWD_DROPOUT                    (enum) 1 if the main kernels run dropout
+ *   bwd_body(prm, feat, det)       the main kernel's body
+ *   SDPA_BELEM                     the element type of q / k / v / out / dq ...
+ *   bwd_ld8(x, f)                  f[0..8) = x[0..8) in fp32 (16-byte aligned x)
+ *   bwd_ld1(x, k)                  x[k] in fp32
+ *   bwd_st8(x, f, n)               x[0..n) = f[0..n) in the element type, n <= 8
+ *                                  (one 16-byte aligned store when n >= 8)
+ * and the names of bwd_names.cuh; SDPA_BWD_BIAS_SIBLING (16-bit body) when
+ * the row's run function hands bias problems to its _bias instance. This
+ * file #undef's the names and the row's fields at the end.
+ */
+
+/* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
+/* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
+extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  const sdpa_problem *p = &prm.p;
+  const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
+  const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
+  if (i >= sdpa_seq_len_q(p, b)) return; /* whole 8-lane teams leave together */
+  const unsigned team = 0xffu << (threadIdx.x & 24);
+  const int64_t row = sdpa_seq_q_start(p, b) + i;
+  const int d = (int)p->d_v;
+  const SDPA_BELEM *o = (const SDPA_BELEM *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh);
+  const SDPA_BELEM *dout = (const SDPA_BELEM *)p->dout + sdpa_q_offset(p, p->do_st, b, i, hh);
+  float acc = 0.f;
+  for (int c = l8 * 8; c < d; c += 64) {
+    if (c + 8 <= d) {
+      float ov[8], dv[8];
+      bwd_ld8(o + c, ov);
+      bwd_ld8(dout + c, dv);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) acc += ov[2 * k] * dv[2 * k] + ov[2 * k + 1] * dv[2 * k + 1];
+    } else {
+      for (int k = c; k < d; ++k) acc += bwd_ld1(o, k) * bwd_ld1(dout, k);
+    }
+  }
+  acc += __shfl_xor_sync(team, acc, 4);
+  acc += __shfl_xor_sync(team, acc, 2);
+  acc += __shfl_xor_sync(team, acc, 1);
+  if (l8 == 0) {
+    prm.dsum[hh * prm.total_q + row] = acc;
+    prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
+  }
+  for (int sl = 0; sl < prm.nsplit; ++sl) {
+    float4 *a = (float4 *)(prm.dq_acc + sl * prm.slice + (row * p->h + hh) * HD);
+    for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+/* ---- post: dQ = scale * accumulator, in the input dtype ------------------------------ */
+extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+  const sdpa_problem *p = &prm.p;
+  const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
+  const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
+  if (i >= sdpa_seq_len_q(p, b)) return;
+  const int64_t row = sdpa_seq_q_start(p, b) + i;
+  const int d = (int)p->d;
+  const float *a = prm.dq_acc + (row * p->h + hh) * HD;
+  SDPA_BELEM *dq = (SDPA_BELEM *)p->dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
+  const float s = p->scale;
+  for (int c = l8 * 8; c < d; c += 64) {
+    float4 x = *(const float4 *)(a + c), y = *(const float4 *)(a + c + 4);
+    for (int sl = 1; sl < prm.nsplit; ++sl) { /* deterministic: the slices in a fixed order */
+      const float4 x2 = *(const float4 *)(a + sl * prm.slice + c), y2 = *(const float4 *)(a + sl * prm.slice + c + 4);
+      x.x += x2.x, x.y += x2.y, x.z += x2.z, x.w += x2.w;
+      y.x += y2.x, y.y += y2.y, y.z += y2.z, y.w += y2.w;
+    }
+    const float r[8] = {x.x * s, x.y * s, x.z * s, x.w * s, y.x * s, y.y * s, y.z * s, y.w * s};
+    bwd_st8(dq + c, r, d - c);
+  }
+}
+
+/* The four compilations of the body (feat and det literals); the macro names
+ * the signature only. */
+#define SDPA_BWD_MAIN(kname)                                                                      \
+  extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                       \
+      kname(const __grid_constant__ sdpa_bwd_sm80_params prm)
+#if SDPA_BWD_BIAS
+SDPA_BWD_MAIN(SDPA_KMAIN) { bwd_body(&prm, 2, 0); }
+SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 2, 1); }
+#else
+SDPA_BWD_MAIN(SDPA_KMAIN) { bwd_body(&prm, 0, 0); }
+SDPA_BWD_MAIN(SDPA_KFEAT) { bwd_body(&prm, 1, 0); }
+SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 0, 1); }
+SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
+#endif
+#undef SDPA_BWD_MAIN
+
+/* ---- host --------------------------------------------------------------------------- */
+
+/* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
+#if SDPA_BWD_BIAS
+enum { NKERNELS = 2 };
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN,
+                                                                              SDPA_KMAIN_DET};
+#else
+enum { NKERNELS = 4 };
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
+    SDPA_KMAIN, SDPA_KFEAT, SDPA_KMAIN_DET, SDPA_KFEAT_DET};
+#endif
+#if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
+extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
+#endif
+
+extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  (void)row;
+  return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
+}
+
+static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm, unsigned char *ws,
+                                                         const bwd_ws_layout *lay) {
+  const sdpa_problem *p = &prm->p;
+  cudaStream_t stream = (cudaStream_t)p->stream;
+  cudaError_t e = cudaSuccess;
+  const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
+  if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
+  const int64_t nkb = (p->s_k + BN - 1) / BN;
+  if (nkb > 0) {
+    const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
+    const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
+    const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
+    SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
+  }
+  if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
+  e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_BSTR(SDPA_KERNEL_NAME),
+                     cudaGetErrorString(e));
+  return SDPA_OK;
+}
+
+extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  static unsigned char smem_set[NKERNELS][64]; /* per kernel and device: smem limit raised */
+#if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
+  if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
+#endif
+  (void)row;
+  if (p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
+                   (p->dbias_nq == 1 && p->s_q > 1)))
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: dbias summed over a broadcast dim: expected a full "
+                     "[b, h, s_q, s_k] dbias (the registry routes the others)",
+                     SDPA_BSTR(SDPA_KERNEL_NAME));
+  if (p->d > HD || p->d != p->d_v)
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
+                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+  if (p->dtype != SDPA_BPASTE(SDPA_DTYPE_, SDPA_DTYPE) || (!BWD_DROPOUT && p->dropout_p > 0.f))
+    return sdpa_fail(SDPA_ERR_INTERNAL,
+                     "%s: dispatched a problem its registry row does not list (dtype %s, dropout %g)",
+                     SDPA_BSTR(SDPA_KERNEL_NAME), sdpa_dtype_string(p->dtype), (double)p->dropout_p);
+  if (p->b == 0 || p->h == 0) return SDPA_OK;
+  const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
+  if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: grid (%lld key blocks, h = %lld, b = %lld) exceeds CUDA's limits "
+                     "(2^31-1, 65535, 65535)",
+                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
+
+  const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
+  if (p->workspace) {
+    if (p->workspace_size < lay.bytes)
+      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
+                       "workspace_size = %zu: expected at least %zu bytes for this problem "
+                       "(sdpa_bwd_workspace_size)", p->workspace_size, lay.bytes);
+    if ((uintptr_t)p->workspace % 16)
+      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
+                       "workspace = %p: expected a 16-byte aligned device pointer", p->workspace);
+  }
+
+  sdpa_bwd_sm80_params prm;
+  prm.p = *p;
+  const int softcap = p->softcap > 0.f;
+  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
+  prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
+  prm.dk_scale = p->scale;
+  prm.drop_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
+  prm.h_per_hk = (int)(p->h / p->h_k);
+  prm.nsplit = nsplit;
+  prm.total_q = bwd_total_q(p);
+  prm.wl = (int)(p->window_left < 0 || p->window_left > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
+                                                                           : p->window_left);
+  prm.wr = (int)(p->window_right < 0 || p->window_right > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
+                                                                             : p->window_right);
+  prm.has_softcap = softcap;
+  prm.has_alibi = p->alibi != NULL;
+  prm.has_dropout = p->dropout_p > 0.f;
+  prm.has_dbias = p->dbias != NULL;
+  prm.bias_aligned = p->bias && ((uintptr_t)p->bias & 15u) == 0 &&
+                     (p->bias_sb | p->bias_sh | p->bias_sq) % 8 == 0;
+  prm.dbias_aligned = p->dbias && ((uintptr_t)p->dbias & 15u) == 0 &&
+                      (p->dbias_sb | p->dbias_sh | p->dbias_sq) % 8 == 0;
+
+  for (int k = 0; k < NKERNELS; ++k)
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
+                                    SDPA_BSTR(SDPA_KERNEL_NAME)));
+
+  cudaStream_t stream = (cudaStream_t)p->stream;
+  cudaError_t e = cudaSuccess;
+  unsigned char *ws = (unsigned char *)p->workspace;
+  if (!ws) {
+    e = cudaMallocAsync((void **)&ws, lay.bytes, stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return sdpa_fail(SDPA_ERR_OUT_OF_MEMORY,
+                       "%s: cudaMallocAsync of %zu bytes of backward workspace failed: %s "
+                       "(pass desc.workspace to avoid the allocation)",
+                       SDPA_BSTR(SDPA_KERNEL_NAME), lay.bytes, cudaGetErrorString(e));
+    }
+  }
+  prm.dq_acc = (float *)(ws + lay.dq_acc);
+  prm.dsum = (float *)(ws + lay.dsum);
+  prm.lse2 = (float *)(ws + lay.lse2);
+  prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
+  sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm, ws, &lay);
+  if (!p->workspace) {
+    e = cudaFreeAsync(ws, stream);
+    if (e != cudaSuccess && st == SDPA_OK)
+      st = sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFreeAsync of the backward workspace failed: %s",
+                     SDPA_BSTR(SDPA_KERNEL_NAME), cudaGetErrorString(e));
+  }
+  return st;
+}
+
+#undef SDPA_KPRE
+#undef SDPA_KMAIN
+#undef SDPA_KFEAT
+#undef SDPA_KMAIN_DET
+#undef SDPA_KFEAT_DET
+#undef SDPA_KPOST
+#undef SDPA_RUN
+#undef SDPA_BWD_KERNELS
+#undef SDPA_WS
+#undef SDPA_BIAS_RUN
+#undef SDPA_BWD_BIAS
+#include "row_undef.cuh"

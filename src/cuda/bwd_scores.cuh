@@ -1,0 +1,131 @@
+/*
+ * bwd_scores.cuh - the elementwise middle of the backward, shared by the
+ * 16-bit (bwd_sm80_body.cuh) and the fp32 tensor-core (bwd_tf32_body.cuh)
+ * kernels: from a warp's S^T and dP^T accumulators (16 keys x 8 nqn
+ * queries, fp32, m16n8 C layout) to P (the dV operand) and dS (the dK / dQ
+ * operand), with the forward's score modifiers (softcap, alibi, causal /
+ * window in both alignments, sequence ends) and dropout. Included once per
+ * instance translation unit, after sdpa_bwd_sm80_params and the fast
+ * exp2 / tanh helpers (bwd_sm80_common.cuh, fwd_sm80_common.cuh).
+ */
+#ifndef SDPA_BWD_SCORES_CUH
+#define SDPA_BWD_SCORES_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#include "bwd_sm80_common.cuh"
+#include "fwd_sm80_common.cuh"
+#include "ptx_mma.cuh" /* pack_bf16x2, pack_f16x2 */
+
+/* Where bwd_p_ds puts the dbias of element (nq, e) (16-bit kernels' bias
+ * forms): shared address lane + (8 nq + (e & 1)) row + col[e & 1][e >> 1],
+ * lane 0 = no dbias. The body fills it from its dbias tile's layout. */
+typedef struct bwd_dbias_dst {
+  uint32_t lane, row, col[2][2];
+} bwd_dbias_dst;
+
+/* A 16-bit value (the low half of h) to fp32 and back; bf16 is a literal. */
+__device__ __forceinline__ float bwd_h_to_f32(uint32_t h, const int bf16) {
+  return bf16 ? bwd_bf16_to_f32(h) : bwd_f16_to_f32(h);
+}
+
+__device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) {
+  return (unsigned short)(bf16 ? pack_bf16x2(x, 0.f) : pack_f16x2(x, 0.f));
+}
+
+/* P and dS of one sub-step, in place: ss (S^T, this warp's 16 keys x 8 nqn
+ * queries) becomes P times keep / (1 - p) (the dV operand) and sp (dP^T)
+ * becomes dS = P (dP keep / (1 - p) - D) (times 1 - tanh^2 under softcap).
+ * Lane (g, t); key of element (nq, e): j_lo + g + 8 (e >> 1); query:
+ * q0 + 8 nq + 2 t + (e & 1) (the m16n8 accumulator layout of both the
+ * 16-bit and the tf32 mma); keep_bits from bwd_keep_bits when drop. bias
+ * (0 none, 1 fp16, 2 bf16): bv[nq][e >> 1] holds the element's bias in its
+ * low / high 16 bits for e & 1 = 0 / 1, added after softcap, before alibi;
+ * with db->lane, dS before the softcap derivative (the gradient of the
+ * post-softcap score, i.e. dbias) goes to shared memory at db. nqn,
+ * softcap, alibi, drop, mask and bias are literals at each call site, so each call
+ * compiles to its own code: the plain unmasked form is one FFMA, one MUFU,
+ * one FADD and two FMULs an element (the run-time tests it replaces cost
+ * about 20 instructions an element; bench/NOTES.md). */
+__device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const int nqn,
+                                         const sdpa_bwd_sm80_params *prm, const float *lse_t,
+                                         const float *dd_t, int b, int hh, int j_lo, int q0,
+                                         int lane, int sq, int sk, int off, uint32_t keep_bits,
+                                         const uint32_t (*bv)[2], const bwd_dbias_dst *db,
+                                         const int softcap, const int alibi, const int drop,
+                                         const int mask, const int bias) {
+  const sdpa_problem *p = &prm->p;
+  const int g = lane >> 2, t = lane & 3;
+  const float slope2 = alibi ? p->alibi[b * p->alibi_sb + hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
+  const int dj0 = j_lo + g - q0 - 2 * t - off; /* j - i - off at nq = 0, e = 0 */
+#pragma unroll
+  for (int nq = 0; nq < nqn; ++nq) {
+    const float2 l2 = *(const float2 *)(lse_t + nq * 8 + 2 * t);
+    const float2 d2 = *(const float2 *)(dd_t + nq * 8 + 2 * t);
+    uint32_t kb[2] = {0u, 0u};
+    if (drop) {
+      kb[0] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t);
+      kb[1] = __shfl_sync(0xffffffffu, keep_bits, nq * 8 + 2 * t + 1);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int dj = dj0 - nq * 8 - (e & 1) + (e >> 1) * 8;
+      const int j = j_lo + g + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
+      const float l = (e & 1) ? l2.y : l2.x;
+      float pr, deriv = 1.f;
+      const float bf = bias ? bwd_h_to_f32(bv[nq][e >> 1] >> (16 * (e & 1)), bias == 2) : 0.f;
+      if (!softcap && !alibi) {
+        pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, bias ? fmaf(bf, SDPA_LOG2E, -l) : -l));
+      } else {
+        float x = ss[nq][e] * prm->score_mul;
+        if (softcap) {
+          const float th = fast_tanh_pre(x);
+          deriv = 1.f - th * th;
+          x = th * prm->softcap_post;
+        }
+        if (bias) x = fmaf(bf, SDPA_LOG2E, x);
+        if (alibi) x -= slope2 * fabsf((float)(dj + off - (sk - sq)));
+        pr = fast_exp2(x - l);
+      }
+      if (mask && (dj < -prm->wl || dj > prm->wr || j >= sk || i >= sq)) pr = 0.f;
+      float dpv = sp[nq][e], pk = pr;
+      if (drop) {
+        const float keep = (kb[e & 1] >> (g + 8 * (e >> 1))) & 1u ? prm->drop_scale : 0.f;
+        dpv *= keep;
+        pk *= keep;
+      }
+      const float dsv = pr * (dpv - ((e & 1) ? d2.y : d2.x));
+      if (bias && db->lane) {
+        const uint32_t a = db->lane + (uint32_t)(nq * 8 + (e & 1)) * db->row + db->col[e & 1][e >> 1];
+        asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(a), "h"(bwd_f32_to_h(dsv, bias == 2)));
+      }
+      sp[nq][e] = softcap ? dsv * deriv : dsv;
+      ss[nq][e] = pk;
+    }
+  }
+}
+
+/* bwd_p_ds for the plain (feat 0) and score-feature (feat 1) kernels, feat
+ * a literal: the unmasked tiles of the plain kernel, by far the most common,
+ * get their own straight-line form, the masked ones the masked form, the
+ * feature kernel the general one (dropout only where the body can run it:
+ * drop_ok, a literal). */
+__device__ __forceinline__ void bwd_p_ds_forms(float (*ss)[4], float (*sp)[4], const int nqn,
+                                               const sdpa_bwd_sm80_params *prm, const float *lse_t,
+                                               const float *dd_t, int b, int hh, int j_lo, int q0,
+                                               int lane, int sq, int sk, int off,
+                                               uint32_t keep_bits, const int feat, int full,
+                                               const int drop_ok) {
+  if (!feat && full)
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, NULL, 0,
+             0, 0, 0, 0);
+  else if (!feat)
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL, NULL, 0,
+             0, 0, 1, 0);
+  else
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, NULL,
+             NULL, prm->has_softcap, prm->has_alibi, drop_ok && prm->has_dropout, !full, 0);
+}
+
+#endif /* SDPA_BWD_SCORES_CUH */
