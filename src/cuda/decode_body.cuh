@@ -24,11 +24,16 @@
  * to the warps; each warp streams its own tiles through a private
  * two- or three-stage cp.async ring (K and V of a tile in one group), so the main
  * loop has no block barrier, and keeps its own online softmax (S = Q K^T
- * and O += P V on mma.sync m16n8k16, fp32). A paged cache costs one
- * block_table lookup per tile (tiles never cross a page). At the end the
+ * and O += P V on mma.sync m16n8k16, fp32). Latency is what this kernel
+ * fights: the prologue has Q's loads (16-byte vectors), the first tiles'
+ * page lookups and their copies all in flight at once; in the loop a tile's
+ * copies are issued before the wait for the oldest tile (a full ring in
+ * flight) and the page lookup for the tile after it one iteration early
+ * (tiles never cross a page). At the end the
  * warps' (O, lse) merge exactly in shared memory (sdpa_merge_total); one
  * split writes out and lse, several write fp32 partials that merge.cu
- * combines. Score modifiers (softcap, alibi, causal / window / sequence end
+ * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
+ * Score modifiers (softcap, alibi, causal / window / sequence end
  * as each row's visible key range) are applied on every tile: cheap next to
  * the loads that bound this kernel.
  */
@@ -43,6 +48,7 @@
 #include "decode_common.cuh"
 #include "fwd_sm80_common.cuh"
 #include "ptx_cp_async.cuh"
+#include "ptx_griddep.cuh"
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
 
@@ -93,25 +99,42 @@ enum {
   SMEM_Q = BM * HD * 2,
   SMEM_LSE = NWARPS * BM * 4,
   SMEM_WARPS = SMEM_Q + SMEM_LSE,
-  SMEM_BYTES = SMEM_WARPS + NWARPS * WARP_BYTES
+  SMEM_BYTES = SMEM_WARPS + NWARPS * WARP_BYTES,
+  Q_CHUNKS = BM * CPR / NTHREADS /* 16-byte chunks of Q each thread loads */
 };
 
 static_assert(HD % 64 == 0 && HD <= 256, "head-dim bucket must be 64, 128, 192 or 256");
 static_assert(BM == 16 && BN == 16, "one m16 tile of rows, one k16 step of keys per warp tile");
 static_assert(BM * OSTRIDE * 4 <= WARP_BYTES, "a warp's O fits in its stage ring");
 static_assert(SMEM_WARPS % 128 == 0, "stage rings 128-byte aligned");
+static_assert((BM * CPR) % NTHREADS == 0, "Q's chunks spread evenly over the threads");
 
 /* Physical chunk of logical chunk c in shared row r: eight consecutive rows
  * at one logical chunk hit eight distinct bank groups (conflict-free ldmatrix). */
 __device__ __forceinline__ int dswz(int r, int c) { return c ^ (r & 7); }
 
-/* K and V rows [j0, j0 + BN) of kv head hk into one stage; rows at or past
- * the sequence end sk are zero-filled and read nothing (their V must be 0,
- * not stale, since 0 * NaN is NaN). */
-__device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *p, int b, int hk,
+/* Element offsets of key row j0 (kv head hk) of sequence b in K and V. A
+ * paged cache reads its block_table here, so the main loop computes a tile's
+ * offsets one iteration before it issues the tile's copies: the lookup's
+ * latency hides behind a tile of math instead of stalling the issue. */
+typedef struct dec_kv_off {
+  int64_t k, v;
+} dec_kv_off;
+
+__device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int b, int hk, int j0) {
+  dec_kv_off o;
+  o.k = sdpa_kv_offset(p, p->k_st, b, j0, hk);
+  o.v = sdpa_kv_offset(p, p->v_st, b, j0, hk);
+  return o;
+}
+
+/* K and V rows [j0, j0 + BN) (at offsets off) into one stage; rows at or
+ * past the sequence end sk are zero-filled and read nothing (their V must be
+ * 0, not stale, since 0 * NaN is NaN). */
+__device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *p, dec_kv_off off,
                                              int j0, int sk, int lane) {
-  const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset(p, p->k_st, b, j0, hk);
-  const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset(p, p->v_st, b, j0, hk);
+  const uint16_t *kg = (const uint16_t *)p->k + off.k;
+  const uint16_t *vg = (const uint16_t *)p->v + off.v;
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   const int c = lane % LPR, r0 = lane / LPR;
   const int rem = (int)p->d - c * 8;
@@ -122,10 +145,38 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
   for (int it = 0; it < LOAD_IT; ++it) {
     const int r = r0 + it * RPI;
     const int ok = r < valid && bytes > 0;
-    const uint32_t off = (uint32_t)((r * CPR + dswz(r, c)) * 16);
-    cp_async_16(kdst + off, ok ? (const void *)(kg + r * kss + c * 8) : p->k, ok ? bytes : 0);
-    cp_async_16(vdst + off, ok ? (const void *)(vg + r * vss + c * 8) : p->v, ok ? bytes : 0);
+    const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, c)) * 16);
+    cp_async_16(kdst + off16, ok ? (const void *)(kg + r * kss + c * 8) : p->k, ok ? bytes : 0);
+    cp_async_16(vdst + off16, ok ? (const void *)(vg + r * vss + c * 8) : p->v, ok ? bytes : 0);
   }
+}
+
+/* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
+ * at cache_seqlens[b] + i for the cache layout; zeros past the rows or the
+ * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
+ * one vector load, so a thread's chunks are all in flight at once (until
+ * 2026-11-21 a thread loaded its 16 elements one after the other, each
+ * load waiting for the last); the rest go element by element, rounded as
+ * before. */
+__device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int b, int hk,
+                                              int row, int c) {
+  const sdpa_problem *p = &prm->p;
+  const int d = (int)p->d;
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (row >= prm->rows || c * 8 >= d) return v;
+  const int i = row / prm->group, hh = hk * prm->group + row % prm->group;
+  const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
+  if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
+  const int64_t pos = p->rotary_dim > 0 ? (int64_t)p->cache_seqlens[b] + i : 0;
+  float x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, DEC_BF16) : 0.f;
+  v.x = DEC_PACK(x[0], x[1]);
+  v.y = DEC_PACK(x[2], x[3]);
+  v.z = DEC_PACK(x[4], x[5]);
+  v.w = DEC_PACK(x[6], x[7]);
+  return v;
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
@@ -146,6 +197,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const int sq = (int)p->s_q;
   const int sk = (int)sdpa_seq_len_k(p, b);
   const int d = (int)p->d;
+  /* the combine (merge.cu) may be scheduled now: it waits for this grid */
+  griddep_launch_dependents();
 
   const uint32_t s_q = smem_u32(smem);
   /* ---- the split's key tiles: the union of the block's row ranges (monotone in i) ---- */
@@ -160,26 +213,32 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const int nmine = te - ts > warp ? (te - ts - warp + NWARPS - 1) / NWARPS : 0;
   const uint32_t ring = s_q + SMEM_WARPS + (uint32_t)(warp * WARP_BYTES);
 
+  /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
+   * their copies, all in flight together; Q lands in shared memory last ---- */
+  uint4 qv[Q_CHUNKS];
+#pragma unroll
+  for (int u = 0; u < Q_CHUNKS; ++u) {
+    const int idx = tid + u * NTHREADS;
+    qv[u] = load_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR);
+  }
+  dec_kv_off first[STAGES - 1];
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s)
+    if (s < nmine) first[s] = kv_tile_offsets(p, b, hk, (ts + warp + s * NWARPS) * BN);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nmine) load_kv_tile(ring + s * STAGE_BYTES, p, b, hk, (ts + warp + s * NWARPS) * BN, sk, lane);
+    if (s < nmine)
+      load_kv_tile(ring + s * STAGE_BYTES, p, first[s], (ts + warp + s * NWARPS) * BN, sk, lane);
     cp_async_commit();
   }
-
-  /* ---- Q: packed rows m0 .. m0 + BM, rotated, into shared memory (under
-   * the first K/V copies) ---- */
+  /* the offsets of the tile the first iteration copies */
+  dec_kv_off next = {0, 0};
+  if (STAGES - 1 < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (STAGES - 1) * NWARPS) * BN);
   float *wlse = (float *)(smem + SMEM_Q); /* [NWARPS][BM]: each warp's row lse */
-  for (int idx = tid; idx < BM * HD; idx += NTHREADS) {
-    const int r = idx / HD, e = idx % HD, row = m0 + r;
-    float x = 0.f;
-    if (row < rows && e < d) {
-      const int i = row / G, hh = hk * G + row % G;
-      const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
-      const int64_t pos = p->rotary_dim > 0 ? (int64_t)p->cache_seqlens[b] + i : 0;
-      x = sdpa_rotary_elem(p, qrow, e, pos, DEC_BF16);
-    }
-    const uint32_t addr = s_q + (uint32_t)((r * CPR + dswz(r, e >> 3)) * 16 + (e & 7) * 2);
-    asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(DEC_CVT(x)));
+#pragma unroll
+  for (int u = 0; u < Q_CHUNKS; ++u) {
+    const int idx = tid + u * NTHREADS, r = idx / CPR, c = idx % CPR;
+    *(uint4 *)(smem + (r * CPR + dswz(r, c)) * 16) = qv[u];
   }
 
   /* ---- each lane's two rows (g, g + 8): visible keys, alibi ---- */
@@ -222,15 +281,20 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   for (int n = 0; n < nmine; ++n) {
-    if (STAGES == 3) /* this lane's copies of tile n landed (the next may fly) */
-      cp_async_wait_1();
-    else
-      cp_async_wait_all();
-    __syncwarp();      /* ... every lane's; every lane is done with tile n - 1 */
+    /* Tile n + STAGES - 1 goes into the stage of tile n - 1 (every lane is
+     * done with it) before the wait for tile n, so STAGES tiles are in
+     * flight while the warp waits, not STAGES - 1. */
+    __syncwarp();
     if (n + STAGES - 1 < nmine)
-      load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, b, hk,
+      load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, next,
                    (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
     cp_async_commit();
+    if (n + STAGES < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (n + STAGES) * NWARPS) * BN);
+    if (STAGES == 3) /* this lane's copies of tile n landed (the two after it may fly) */
+      cp_async_wait_2();
+    else
+      cp_async_wait_1();
+    __syncwarp(); /* ... and every lane's */
     const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
     const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * CPR * 16);
     const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * CPR * 16);

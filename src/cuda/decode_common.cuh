@@ -28,7 +28,7 @@
 /* Automatic split counts stop here; a forced num_splits is capped at
  * SDPA_DECODE_MAX_FORCED (each split is a grid slice and a workspace slot;
  * more would only add empty splits, never change the result). */
-#define SDPA_DECODE_MAX_SPLITS 64
+#define SDPA_DECODE_MAX_SPLITS 128
 #define SDPA_DECODE_MAX_FORCED 256
 
 /* Passed by value (__grid_constant__) to every decode kernel. */
@@ -41,6 +41,7 @@ typedef struct sdpa_decode_params {
   float score_mul;    /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
   float softcap_post; /* softcap * log2(e) */
   int has_softcap;
+  int q_vec;          /* q rows unrotated and 16-byte aligned: whole chunks load as vectors */
   float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
   float *part_lse;    /* splits > 1: [splits, b, s_q, h] natural-log lse, +inf empty */
 } sdpa_decode_params;
@@ -161,6 +162,8 @@ typedef struct sdpa_merge_args {
   int64_t o_sb, o_si, o_sh;
   float *lse; /* NULL = not asked */
   int64_t lo_sb, lo_si, lo_sh;
+  int wpr;  /* set by sdpa_cuda_merge_launch: warps per row */
+  int vec4; /* ... and: fp32 parts with 16-byte aligned rows */
 } sdpa_merge_args;
 
 /* What an instance tells the planner about itself. */
@@ -176,8 +179,9 @@ typedef sdpa_status (*sdpa_decode_launch_fn)(const sdpa_decode_params *prm, unsi
                                              cudaStream_t stream);
 
 extern "C" {
-/* merge.cu */
-sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream,
+/* merge.cu; after_kernel: the launch follows the kernel that writes the
+ * parts on the same stream and may overlap its tail (sm_90) */
+sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
                                    const char *who);
 /* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
 sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);

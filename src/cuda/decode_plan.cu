@@ -13,9 +13,16 @@
 #include "../error.h"
 #include "decode_common.cuh"
 
-/* A split should give each warp at least this many key tiles of 16: fewer and
- * the pipeline's fill (3 stages) and the partial row write dominate. */
-#define SDPA_DECODE_MIN_TILES_PER_WARP 4
+/* A split gives each warp at least this many key tiles of 16: the tiles its
+ * cp.async ring has in flight at once (STAGES - 1 = 2 at d <= 128), so a
+ * short split still issues all of its loads together. */
+#define SDPA_DECODE_MIN_TILES_PER_WARP 2
+/* A block's fixed cost in tile-times: its first load's latency (Q and the
+ * first tiles, in flight together) and the final merge of its warps. */
+#define SDPA_DECODE_BLOCK_COST_TILES 2
+/* Among split counts whose cost is within this factor of the least, take
+ * the smallest (fewer partial rows to write and combine). */
+#define SDPA_DECODE_COST_SLACK 1.02
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -24,14 +31,27 @@ static int64_t decode_m_blocks(const sdpa_problem *p, const sdpa_decode_shape *s
 }
 
 /*
- * Split count (FlashAttention-2's wave-efficiency rule, with our occupancy):
- * the grid has base = b * h_k * m_blocks blocks before splitting; with
- * slots = SMs * blocks_per_sm resident at once, a grid of base * s blocks
- * runs in base * s / slots waves, and the last wave is partly idle. Take
- * the smallest s whose efficiency waves / ceil(waves) is within 85% of the
- * best s up to SDPA_DECODE_MAX_SPLITS, and no more splits than leave each
- * warp SDPA_DECODE_MIN_TILES_PER_WARP tiles. A grid that already fills 80%
- * of the slots is not split. The key count is the capacity p->s_k (the
+ * Split count: a pure function of the problem's shape, the instance and the
+ * device's SM count. The grid has base = b * h_k * m_blocks blocks before
+ * splitting; slots = SMs * blocks_per_sm of them are resident at once. With
+ * s splits a block's warps each stream tpw(s) = ceil(ceil(tiles / s) / warps)
+ * tiles, and the grid runs in waves(s) = ceil(base * s / slots) rounds, so
+ *
+ *   cost(s) = waves(s) * (tpw(s) + SDPA_DECODE_BLOCK_COST_TILES)
+ *
+ * tile-times of one warp. Each warp keeps a fixed number of tiles in flight,
+ * so a block streams at a fixed rate until the memory system saturates: a
+ * grid that leaves slots empty, or a last wave that is mostly empty, is
+ * slower by about that fraction, and more, shorter splits fill them. The
+ * smallest s within SDPA_DECODE_COST_SLACK of the least cost wins, over
+ * 1 <= s <= SDPA_DECODE_MAX_SPLITS with at least
+ * SDPA_DECODE_MIN_TILES_PER_WARP tiles a warp. (Until 2026-11-21 the rule
+ * was FlashAttention-2's: the smallest s within 85% of the best wave
+ * efficiency, >= 4 tiles a warp, and no split once base filled 80% of the
+ * slots; at b = 1, h_k = 8 it left half the slots empty: 14 splits of 4
+ * tiles a warp at s_k = 4096.) Examples on 132 SMs x 2 blocks, 4 warps,
+ * h_k = 8, s_q = 1: b = 1 -> 32 splits (256 blocks) from s_k = 4096 up;
+ * b = 8 -> 4; b >= 32 -> 1. The key count is the capacity p->s_k (the
  * cache's true lengths live on the device and are not read here), so a
  * cache much larger than its contents gets more, emptier splits: slower,
  * never wrong.
@@ -41,19 +61,19 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
     return p->num_splits < SDPA_DECODE_MAX_FORCED ? p->num_splits : SDPA_DECODE_MAX_FORCED;
   const int64_t base = p->b * p->h_k * decode_m_blocks(p, sh);
   const int64_t slots = (int64_t)sdpa_cuda_sm_count() * (sh->blocks_per_sm > 0 ? sh->blocks_per_sm : 1);
-  if (base <= 0 || slots <= 0 || (double)base >= 0.8 * (double)slots) return 1;
+  if (base <= 0 || slots <= 0 || sh->warps <= 0) return 1;
   const int64_t tiles = ceil_div(p->s_k, SDPA_DECODE_TILE);
   int64_t max_s = tiles / ((int64_t)SDPA_DECODE_MIN_TILES_PER_WARP * sh->warps);
   if (max_s > SDPA_DECODE_MAX_SPLITS) max_s = SDPA_DECODE_MAX_SPLITS;
   if (max_s <= 1) return 1;
-  double eff[SDPA_DECODE_MAX_SPLITS + 1], best = 0.0;
+  double cost[SDPA_DECODE_MAX_SPLITS + 1], best = 0.0;
   for (int64_t s = 1; s <= max_s; ++s) {
-    const double waves = (double)(base * s) / (double)slots;
-    eff[s] = waves / (double)ceil_div(base * s, slots);
-    if (eff[s] > best) best = eff[s];
+    const int64_t tpw = ceil_div(ceil_div(tiles, s), sh->warps);
+    cost[s] = (double)ceil_div(base * s, slots) * (double)(tpw + SDPA_DECODE_BLOCK_COST_TILES);
+    if (s == 1 || cost[s] < best) best = cost[s];
   }
   for (int64_t s = 1; s <= max_s; ++s)
-    if (eff[s] >= 0.85 * best) return (int)s;
+    if (cost[s] <= SDPA_DECODE_COST_SLACK * best) return (int)s;
   return 1;
 }
 
@@ -100,6 +120,8 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   prm.score_mul = prm.has_softcap ? 2.f * 1.4426950408889634f * p->scale / p->softcap
                                   : p->scale * 1.4426950408889634f;
   prm.softcap_post = prm.has_softcap ? p->softcap * 1.4426950408889634f : 0.f;
+  prm.q_vec = p->rotary_dim == 0 && ((uintptr_t)p->q & 15) == 0 && p->q_st.ss % 8 == 0 &&
+              p->q_st.sh % 8 == 0 && (p->layout == SDPA_LAYOUT_VARLEN || p->q_st.sb % 8 == 0);
   prm.part_out = NULL;
   prm.part_lse = NULL;
 
@@ -155,7 +177,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
     a.lo_sb = p->lse_sb;
     a.lo_si = p->lse_ss;
     a.lo_sh = p->lse_sh;
-    st = sdpa_cuda_merge_launch(&a, stream, sh->name);
+    st = sdpa_cuda_merge_launch(&a, stream, 1, sh->name);
   }
   if (owned) {
     cudaError_t e = cudaFreeAsync(ws, stream);

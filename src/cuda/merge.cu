@@ -1,74 +1,191 @@
 /*
  * merge.cu - the exact merge of partial attention results on the GPU:
  *   lse = log(sum_k exp(lse_k)),  out = sum_k exp(lse_k - lse) * out_k,
- * +inf parts empty (sdpa.h, merge_states). One kernel serves both
- * sdpa_merge_states on CUDA (sdpa_cuda_merge, any float dtypes for the parts
- * and the output) and the combine step of the split-KV decoding forward
- * (decode_plan.cu, fp32 partials), through sdpa_merge_args. One warp per
- * output row: the lanes read the part lse values together and reduce them
- * by shuffles (sdpa_merge_total_warp), then stream the parts' columns,
- * coalesced, 8 columns of 32 lanes at a time so any head dim works, with
- * each part's weight broadcast from the lane that computed it.
+ * +inf (and -inf) parts empty (sdpa.h, merge_states). One kernel serves both
+ * sdpa_merge_states on CUDA (sdpa_cuda_merge, any float dtypes and strides
+ * for the parts and the output) and the combine step of the split-KV
+ * decoding forward (decode_plan.cu, fp32 partials), through sdpa_merge_args.
+ *
+ * A row's parts are dealt to 1, 2 or 4 warps of a block (wpr slices: part k
+ * to slice k % wpr), each lane owning 4 adjacent columns (a float4 for
+ * aligned fp32 parts), 128 columns a pass. A warp walks its slice
+ * MERGE_CHUNK parts at a time, issuing every part load and every lse load
+ * of the chunk before the first use, and keeps its slice's merge online
+ * (running max m, sum s = sum exp(lse_k - m), acc = sum exp(lse_k - m) out_k),
+ * so a slice of up to MERGE_CHUNK parts costs one memory round trip: no
+ * separate pass for the total, no shuffles. The slices meet in shared memory
+ * (m = max m_i, s = sum s_i exp(m_i - m), out = sum acc_i exp(m_i - m) / s,
+ * lse = m + log s), in a fixed order. The same sums as merge.c up to
+ * rounding. (2026-11-21: the previous kernel, one warp a row with a
+ * shuffle-reduced total, then weights, then the parts, spent 8.6 us merging
+ * 32 parts of 32 rows at d = 128, longer than the attention kernel.) The
+ * decode combine is launched as a programmatic dependent of the attention
+ * kernel (sm_90), so its launch and set-up overlap that kernel's tail.
  */
 #include <cuda_runtime.h>
+#include <string.h>
 
 #include "../error.h"
+#include "../registry.h"
 #include "decode_common.cuh"
+#include "ptx_griddep.cuh"
 
-enum { MERGE_WARPS = 4, MERGE_COLS = 8 };
+/* MERGE_MIN_BLOCKS: the register budget (4 blocks an SM: <= 128 a thread);
+ * left to itself ptxas capped the kernel at 72 registers and spilled. */
+enum { MERGE_WARPS = 4, MERGE_CHUNK = 8, MERGE_MIN_BLOCKS = 4 };
 
-extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32)
+/* Columns e .. e + 3 (those < d; the rest 0) of the part row at element idx. */
+__device__ __forceinline__ float4 merge_load4(const sdpa_merge_args *a, int64_t idx, int64_t e) {
+  if (a->vec4 && e + 4 <= a->d) return *(const float4 *)((const float *)a->parts + idx);
+  float v[4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u)
+    v[u] = e + u < a->d ? sdpa_load_f(a->parts, a->parts_dtype, idx + u) : 0.f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void f4_fma(float4 *acc, float w, float4 x) {
+  acc->x += w * x.x;
+  acc->y += w * x.y;
+  acc->z += w * x.z;
+  acc->w += w * x.w;
+}
+
+__device__ __forceinline__ void f4_scale(float4 *acc, float c) {
+  acc->x *= c;
+  acc->y *= c;
+  acc->z *= c;
+  acc->w *= c;
+}
+
+extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
     sdpa_merge_kernel(const __grid_constant__ sdpa_merge_args a) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = (int64_t)blockIdx.x * MERGE_WARPS + (threadIdx.x >> 5);
-  if (row >= a.nb * a.ni * a.nh) return;
-  const int64_t hh = row % a.nh, bi = row / a.nh, i = bi % a.ni, bb = bi / a.ni;
+  __shared__ float4 s_acc[MERGE_WARPS][32];
+  __shared__ float s_m[MERGE_WARPS], s_s[MERGE_WARPS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wpr = a.wpr, slice = warp % wpr;
+  /* grid: x over the (i, hh) rows of a batch (< 2^31), y over the batch */
+  const int row = (int)blockIdx.x * (MERGE_WARPS / wpr) + warp / wpr;
+  const int live = row < (int)(a.ni * a.nh); /* whole warps: every lane or none */
+  const int r = live ? row : 0, nh = (int)a.nh;
+  const int64_t hh = r % nh, i = r / nh, bb = blockIdx.y;
   const float *lse = a.lse_parts + bb * a.l_sb + i * a.l_si + hh * a.l_sh;
   const int64_t pbase = bb * a.p_sb + i * a.p_si + hh * a.p_sh;
   const int64_t obase = bb * a.o_sb + i * a.o_si + hh * a.o_sh;
-  const float total = sdpa_merge_total_warp(lse, a.n, a.l_sn, lane);
-  for (int64_t c0 = 0; c0 < a.d; c0 += 32 * MERGE_COLS) {
-    float acc[MERGE_COLS];
+  /* this slice's parts: k = slice + wpr * j, 0 <= j < ns */
+  const int64_t ns = live && slice < a.n ? (a.n - slice + wpr - 1) / wpr : 0;
+  griddep_wait(); /* the parts are the previous kernel's output */
+  float m = -INFINITY, s = 0.f;
+  const int64_t d_pass = a.d > 0 ? a.d : 1; /* one pass even at d = 0: the lse */
+  for (int64_t c0 = 0; c0 < d_pass; c0 += 128) {
+    const int64_t e = c0 + 4 * lane;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    m = -INFINITY;
+    s = 0.f;
+    for (int64_t j0 = 0; j0 < ns; j0 += MERGE_CHUNK) {
+      float4 x[MERGE_CHUNK];
+      float l[MERGE_CHUNK];
 #pragma unroll
-    for (int u = 0; u < MERGE_COLS; ++u) acc[u] = 0.f;
-    for (int64_t k0 = 0; k0 < a.n; k0 += 32) {
-      /* lane j holds the weight of part k0 + j; the loop broadcasts it, and
-       * the part loads carry no dependence on one another */
-      const float wl = k0 + lane < a.n ? sdpa_merge_weight(lse[(k0 + lane) * a.l_sn], total) : 0.f;
-      const int cnt = a.n - k0 < 32 ? (int)(a.n - k0) : 32;
-#pragma unroll 4
-      for (int j = 0; j < cnt; ++j) {
-        const float w = __shfl_sync(0xffffffffu, wl, j);
-        const int64_t pk = pbase + (k0 + j) * a.p_sn;
-#pragma unroll
-        for (int u = 0; u < MERGE_COLS; ++u) {
-          const int64_t e = c0 + u * 32 + lane;
-          if (e < a.d) {
-            const float x = sdpa_load_f(a.parts, a.parts_dtype, pk + e);
-            acc[u] += w != 0.f ? w * x : 0.f; /* an empty part's out may be anything */
-          }
-        }
+      for (int q = 0; q < MERGE_CHUNK; ++q) {
+        const int64_t k = slice + wpr * (j0 + q);
+        const int in = j0 + q < ns;
+        x[q] = in && e < a.d ? merge_load4(&a, pbase + k * a.p_sn + e, e)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        l[q] = in ? lse[k * a.l_sn] : INFINITY;
       }
-    }
+      float mc = m;
 #pragma unroll
-    for (int u = 0; u < MERGE_COLS; ++u) {
-      const int64_t e = c0 + u * 32 + lane;
-      if (e < a.d) sdpa_store_f(a.out, a.out_dtype, obase + e, acc[u]);
+      for (int q = 0; q < MERGE_CHUNK; ++q)
+        if (l[q] != INFINITY && l[q] != -INFINITY) mc = fmaxf(mc, l[q]);
+      if (mc == -INFINITY) continue; /* nothing with mass yet */
+      const float corr = expf(m - mc); /* 0 while m = -inf */
+      s *= corr;
+      f4_scale(&acc, corr);
+#pragma unroll
+      for (int q = 0; q < MERGE_CHUNK; ++q) {
+        if (l[q] == INFINITY || l[q] == -INFINITY) continue; /* empty: its out may be anything */
+        const float w = expf(l[q] - mc);
+        s += w;
+        f4_fma(&acc, w, x[q]);
+      }
+      m = mc;
+    }
+    if (wpr > 1) {
+      s_acc[warp][lane] = acc;
+      if (lane == 0) {
+        s_m[warp] = m;
+        s_s[warp] = s;
+      }
+      __syncthreads();
+      if (slice == 0) {
+        float mm = -INFINITY;
+        for (int t = 0; t < wpr; ++t) mm = fmaxf(mm, s_m[warp + t]);
+        acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        s = 0.f;
+        if (mm != -INFINITY)
+          for (int t = 0; t < wpr; ++t) {
+            const float c = expf(s_m[warp + t] - mm); /* 0 for an empty slice */
+            s += c * s_s[warp + t];
+            f4_fma(&acc, c, s_acc[warp + t][lane]);
+          }
+        m = mm;
+      }
+      __syncthreads();
+    }
+    if (live && slice == 0) {
+      const float inv = s > 0.f ? 1.f / s : 0.f;
+      const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (e + u < a.d) sdpa_store_f(a.out, a.out_dtype, obase + e + u, v[u]);
     }
   }
-  if (a.lse && lane == 0) a.lse[bb * a.lo_sb + i * a.lo_si + hh * a.lo_sh] = total;
+  if (a.lse && live && slice == 0 && lane == 0)
+    a.lse[bb * a.lo_sb + i * a.lo_si + hh * a.lo_sh] = s > 0.f ? m + logf(s) : INFINITY;
 }
 
-sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream,
+/* Warps per row: the fewest of 1, 2, 4 that leave each warp at most
+ * MERGE_CHUNK parts (one round of loads), else 4. */
+static int merge_wpr(int64_t n) {
+  if (n <= MERGE_CHUNK) return 1;
+  if (n <= 2 * MERGE_CHUNK) return 2;
+  return 4;
+}
+
+sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
                                    const char *who) {
-  const int64_t rows = a->nb * a->ni * a->nh;
-  if (rows <= 0) return SDPA_OK;
-  const int64_t blocks = (rows + MERGE_WARPS - 1) / MERGE_WARPS;
-  if (blocks > 0x7fffffff)
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "%s: %lld rows to merge: expected < 2^33", who,
-                     (long long)rows);
-  sdpa_merge_kernel<<<(unsigned)blocks, MERGE_WARPS * 32, 0, stream>>>(*a);
-  cudaError_t e = cudaGetLastError();
+  const int64_t rows = a->ni * a->nh; /* per batch */
+  if (rows <= 0 || a->nb <= 0) return SDPA_OK;
+  if (rows > 0x7fffffff || a->nb > 65535)
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: %lld batches of %lld rows to merge: expected <= 65535 batches of "
+                     "< 2^31 rows", who, (long long)a->nb, (long long)rows);
+  sdpa_merge_args k = *a;
+  k.wpr = merge_wpr(a->n);
+  k.vec4 = a->parts_dtype == SDPA_DTYPE_F32 && ((uintptr_t)a->parts & 15) == 0 &&
+           a->p_sn % 4 == 0 && a->p_sb % 4 == 0 && a->p_si % 4 == 0 && a->p_sh % 4 == 0;
+  const int rows_per_block = MERGE_WARPS / k.wpr;
+  cudaLaunchConfig_t cfg; /* every field set below */
+  cfg.gridDim.x = (unsigned)((rows + rows_per_block - 1) / rows_per_block);
+  cfg.gridDim.y = (unsigned)a->nb;
+  cfg.gridDim.z = 1;
+  cfg.blockDim.x = MERGE_WARPS * 32;
+  cfg.blockDim.y = cfg.blockDim.z = 1;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = NULL;
+  cfg.numAttrs = 0;
+  cudaLaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (after_kernel && sdpa_cuda_arch() >= 90) {
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+  }
+  void *args[1] = {&k};
+  cudaError_t e = cudaLaunchKernelExC(&cfg, (const void *)sdpa_merge_kernel, args);
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: merge kernel launch failed: %s", who,
                      cudaGetErrorString(e));
@@ -102,5 +219,5 @@ extern "C" sdpa_status sdpa_cuda_merge(const sdpa_merge_problem *m) {
   a.lo_sb = 0;
   a.lo_si = m->l_st;
   a.lo_sh = m->l_sh;
-  return sdpa_cuda_merge_launch(&a, (cudaStream_t)m->stream, "merge_states");
+  return sdpa_cuda_merge_launch(&a, (cudaStream_t)m->stream, 0, "merge_states");
 }

@@ -31,13 +31,17 @@ __device__ __forceinline__ void cp_async_commit(void) {
   asm volatile("cp.async.commit_group;\n" ::);
 }
 
-/* Wait until at most 0 / 1 of this thread's committed groups are pending. */
+/* Wait until at most 0 / 1 / 2 of this thread's committed groups are pending. */
 __device__ __forceinline__ void cp_async_wait_all(void) {
   asm volatile("cp.async.wait_group 0;\n" ::);
 }
 
 __device__ __forceinline__ void cp_async_wait_1(void) {
   asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+__device__ __forceinline__ void cp_async_wait_2(void) {
+  asm volatile("cp.async.wait_group 2;\n" ::);
 }
 
 #endif /* SDPA_PTX_CP_ASYNC_CUH */
