@@ -123,6 +123,13 @@ typedef struct dec_kv_off {
 
 __device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int b, int hk, int j0) {
   dec_kv_off o;
+  if (p->page_size > 0) { /* one lookup for K and V, 32-bit page arithmetic (j0 < 2^31) */
+    const int ps = (int)p->page_size, pg = j0 / ps, in = j0 - pg * ps;
+    const int64_t blk = p->block_table[b * p->bt_stride + pg];
+    o.k = blk * p->k_st.sb + in * p->k_st.ss + hk * p->k_st.sh;
+    o.v = blk * p->v_st.sb + in * p->v_st.ss + hk * p->v_st.sh;
+    return o;
+  }
   o.k = sdpa_kv_offset(p, p->k_st, b, j0, hk);
   o.v = sdpa_kv_offset(p, p->v_st, b, j0, hk);
   return o;
