@@ -108,6 +108,34 @@ typedef struct sdpa_problem {
   int deterministic;
 } sdpa_problem;
 
+/* ---- what the kernels' hosts fold from a problem --------------------------- */
+
+#define SDPA_LOG2E 1.4426950408889634f
+#define SDPA_LN2 0.6931471805599453f
+/* A window side this wide never restricts a row (lengths are < 2^31 and the
+ * kernels compare int j - i against it); -1 (unbounded) becomes it too. */
+#define SDPA_WINDOW_UNBOUNDED 0x40000000
+
+/* The exp2-domain score multipliers every CUDA kernel uses: without softcap
+ * s2 = score_mul * q.k; with softcap the kernels form tanh(score_mul q.k / 2)
+ * (tanh through exp2) and scale by softcap_post = softcap * log2(e). */
+SDPA_HD void sdpa_score_consts(const sdpa_problem *p, float *score_mul, float *softcap_post) {
+  const int softcap = p->softcap > 0.f;
+  *score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
+  *softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
+}
+
+/* A window side (window_left / window_right) as the kernels' int. */
+SDPA_HD int sdpa_window_clamp(int64_t w) {
+  return (int)(w < 0 || w > SDPA_WINDOW_UNBOUNDED ? SDPA_WINDOW_UNBOUNDED : w);
+}
+
+/* Whether dbias is summed over a broadcast dim (extent 1 where the problem's is > 1). */
+SDPA_HD int sdpa_dbias_sums(const sdpa_problem *p) {
+  return p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
+                      (p->dbias_nq == 1 && p->s_q > 1));
+}
+
 /* ---- per-sequence geometry ---------------------------------------------- */
 
 /* Query rows of sequence b: global row = q_start + i (varlen) or b*s_q + i. */
@@ -132,21 +160,52 @@ SDPA_HD int64_t sdpa_seq_len_k(const sdpa_problem *p, int64_t b) {
   return n;
 }
 
-/* Element offset of key row j (head hk, element 0) of sequence b in a tensor
- * with strides st: works for k and v of every layout (cache: after append). */
-SDPA_HD int64_t sdpa_kv_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t j,
-                               int64_t hk) {
+/* Where key row j of sequence b lives in every k / v-shaped tensor (k, v,
+ * dk, dv; cache: after append): the outer index (batch, cache row or page;
+ * 0 for varlen, whose rows are global) and the row inside it. One lookup
+ * serves all of them through sdpa_kv_at. Page arithmetic in 32 bits:
+ * validation caps every length and capacity at 2^31 - 1. */
+typedef struct sdpa_kv_pos {
+  int64_t outer, row;
+} sdpa_kv_pos;
+
+SDPA_HD sdpa_kv_pos sdpa_kv_locate(const sdpa_problem *p, int64_t b, int64_t j) {
+  sdpa_kv_pos r;
+  r.outer = b;
+  r.row = j;
+  if (p->layout == SDPA_LAYOUT_VARLEN) {
+    r.outer = 0;
+    r.row = (int64_t)p->cu_k[b] + j;
+  } else if (p->layout == SDPA_LAYOUT_CACHE && p->page_size > 0) {
+    const int32_t ps = (int32_t)p->page_size, jj = (int32_t)j, pg = jj / ps;
+    r.outer = p->block_table[b * p->bt_stride + pg];
+    r.row = jj - pg * ps;
+  } else if (p->layout == SDPA_LAYOUT_CACHE && p->cache_batch_idx) {
+    r.outer = p->cache_batch_idx[b];
+  }
+  return r;
+}
+
+/* Element offset of head hk, element 0, of the row at pos in a tensor with strides st. */
+SDPA_HD int64_t sdpa_kv_at(sdpa_bshd st, sdpa_kv_pos pos, int64_t hk) {
+  return pos.outer * st.sb + pos.row * st.ss + hk * st.sh;
+}
+
+/* Element offset of key row j (head hk, element 0) of sequence b, for the
+ * dense and varlen layouts only: the kernels whose registry rows refuse KV
+ * caches use this one (no cache lookup compiled into them). */
+SDPA_HD int64_t sdpa_kv_offset_seq(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t j,
+                                   int64_t hk) {
   if (p->layout == SDPA_LAYOUT_VARLEN)
     return ((int64_t)p->cu_k[b] + j) * st.ss + hk * st.sh;
-  if (p->layout == SDPA_LAYOUT_CACHE) {
-    if (p->page_size > 0) {
-      int64_t blk = p->block_table[b * p->bt_stride + j / p->page_size];
-      return blk * st.sb + (j % p->page_size) * st.ss + hk * st.sh;
-    }
-    int64_t row = p->cache_batch_idx ? (int64_t)p->cache_batch_idx[b] : b;
-    return row * st.sb + j * st.ss + hk * st.sh;
-  }
   return b * st.sb + j * st.ss + hk * st.sh;
+}
+
+/* Element offset of key row j (head hk, element 0) of sequence b, any layout. */
+SDPA_HD int64_t sdpa_kv_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t j,
+                               int64_t hk) {
+  if (p->layout == SDPA_LAYOUT_CACHE) return sdpa_kv_at(st, sdpa_kv_locate(p, b, j), hk);
+  return sdpa_kv_offset_seq(p, st, b, j, hk);
 }
 
 /* Element offset of query-like row i of sequence b (q, out, dout, dq). */

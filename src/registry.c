@@ -76,9 +76,7 @@ unsigned sdpa_problem_features(const sdpa_problem *p) {
   if (p->h != p->h_k) f |= SDPA_FEAT_GQA;
   if (p->d != p->d_v) f |= SDPA_FEAT_DV_NE_D;
   if (p->dbias) f |= SDPA_FEAT_DBIAS;
-  if (p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
-                   (p->dbias_nq == 1 && p->s_q > 1)))
-    f |= SDPA_FEAT_DBIAS_SUM;
+  if (sdpa_dbias_sums(p)) f |= SDPA_FEAT_DBIAS_SUM;
   if (p->num_splits > 1) f |= SDPA_FEAT_SPLITKV;
   if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
   if (misaligned(p->q, p->dtype, &p->q_st) || misaligned(p->k, p->dtype, &p->k_st) ||

@@ -90,10 +90,22 @@ extern "C" {
 #endif
 int sdpa_cuda_arch(void);
 int sdpa_cuda_sm_count(void);
+/* Devices the per-device caches and flags cover (more are used uncached). */
+#define SDPA_MAX_DEVICES 64
 /* Raises a kernel's dynamic shared-memory limit to `bytes` (> 48 KB needs it)
- * once per device; done[SDPA's 64 devices] is the caller's per-kernel flags. */
+ * once per device; done[SDPA_MAX_DEVICES] is the caller's per-kernel flags. */
 sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsigned char *done,
                                   const char *name);
+/* The workspace of one call: the caller's (p->workspace: at least `need`
+ * bytes, `align`-byte aligned, else INVALID_ARGUMENT naming `query`, the size
+ * function to ask) or a stream-ordered allocation on p->stream (*owned = 1;
+ * a failure is cleared from CUDA's error state and reported as
+ * OUT_OF_MEMORY). sdpa_cuda_ws_release frees an owned one and returns st, or
+ * the free's failure when st was SDPA_OK. */
+sdpa_status sdpa_cuda_ws_acquire(const sdpa_problem *p, size_t need, size_t align,
+                                 const char *who, const char *query, void **ws, int *owned);
+sdpa_status sdpa_cuda_ws_release(const sdpa_problem *p, void *ws, int owned, sdpa_status st,
+                                 const char *who);
 #ifdef __cplusplus
 }
 #endif

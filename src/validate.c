@@ -458,7 +458,8 @@ static sdpa_status check_prefix(const int32_t *cu, int64_t b, int64_t total, con
                        " %s = " D64, name, i, name, i - 1, len, max_name, *max);
     if (len > m) m = len;
   }
-  /* <= as flash_attn allows: rows past the last sequence are padding, never read or written */
+  /* <= as flash_attn allows: rows past the last sequence are padding; no
+     output (out, lse, dq, dk, dv) is written there */
   if (cu[b] > total)
     return sdpa_fail(INV, "%s[" D64 "] = %d: expected at most the row count of %s = " D64, name, b,
                      cu[b], rows_of, total);

@@ -265,8 +265,8 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
   if (!get_tiles(ctx, tid, &t)) return;
 
   /* visible keys of the block: the union of its rows' ranges (monotone in i) */
-  int64_t lo, hi, lo2, hi2;
-  sdpa_key_range(p, i0, sq, sk, &lo, &hi);
+  int64_t lo, hi, hi0, lo2, hi2;
+  sdpa_key_range(p, i0, sq, sk, &lo, &hi0); /* hi0: the end of the block's first row */
   sdpa_key_range(p, i0 + mi - 1, sq, sk, &lo2, &hi2);
   hi = hi2 > sk ? sk : hi2;
   if (hi < lo) hi = lo;
@@ -288,9 +288,7 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
 
   for (int64_t j0 = lo; j0 < hi; j0 += BLOCK_N) {
     const int64_t nj = hi - j0 < BLOCK_N ? hi - j0 : BLOCK_N;
-    int64_t rlo, rhi;
-    sdpa_key_range(p, i0, sq, sk, &rlo, &rhi);
-    if (rhi >= j0 + nj || mi <= TRIM_M) {
+    if (hi0 >= j0 + nj || mi <= TRIM_M) {
       attend_block(p, &t, b, hh, hk, sq, sk, i0, 0, mi, j0, nj);
       continue;
     }
@@ -298,6 +296,7 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
      * in groups of TRIM_M, each over only the keys its last row can see */
     for (int64_t r0 = 0; r0 < mi; r0 += TRIM_M) {
       const int64_t ms = mi - r0 < TRIM_M ? mi - r0 : TRIM_M;
+      int64_t rlo, rhi;
       sdpa_key_range(p, i0 + r0 + ms - 1, sq, sk, &rlo, &rhi);
       const int64_t ns = rhi - j0 < nj ? rhi - j0 : nj;
       attend_block(p, &t, b, hh, hk, sq, sk, i0, r0, ms, j0, ns > 0 ? ns : 0);

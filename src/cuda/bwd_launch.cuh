@@ -11,7 +11,6 @@
  * the caller's stream. Included at the bottom of a body, which defines first
  *   HD, BN, NTHREADS, SMEM_BYTES   (enum) bucket, keys per block, threads,
  *                                  dynamic shared memory of the main kernel
- *   BWD_DROPOUT                    (enum) 1 if the main kernels run dropout
  *   bwd_body(prm, feat, det)       the main kernel's body
  *   SDPA_BELEM                     the element type of q / k / v / out / dq ...
  *   bwd_ld8(x, f)                  f[0..8) = x[0..8) in fp32 (16-byte aligned x)
@@ -120,11 +119,9 @@ extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
 }
 
-static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm, unsigned char *ws,
-                                                         const bwd_ws_layout *lay) {
+static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm) {
   const sdpa_problem *p = &prm->p;
   cudaStream_t stream = (cudaStream_t)p->stream;
-  cudaError_t e = cudaSuccess;
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
@@ -135,7 +132,7 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
   if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_BSTR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
@@ -143,23 +140,14 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[NKERNELS][64]; /* per kernel and device: smem limit raised */
+  static unsigned char smem_set[NKERNELS][SDPA_MAX_DEVICES]; /* per kernel and device: smem limit raised */
 #if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
   if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
 #endif
-  (void)row;
-  if (p->dbias && ((p->dbias_nb == 1 && p->b > 1) || (p->dbias_nh == 1 && p->h > 1) ||
-                   (p->dbias_nq == 1 && p->s_q > 1)))
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: dbias summed over a broadcast dim: expected a full "
-                     "[b, h, s_q, s_k] dbias (the registry routes the others)",
-                     SDPA_BSTR(SDPA_KERNEL_NAME));
+  (void)row; /* the registry matched dtype, features and bucket (sdpa_row_refusal) */
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
-  if (p->dtype != SDPA_BPASTE(SDPA_DTYPE_, SDPA_DTYPE) || (!BWD_DROPOUT && p->dropout_p > 0.f))
-    return sdpa_fail(SDPA_ERR_INTERNAL,
-                     "%s: dispatched a problem its registry row does not list (dtype %s, dropout %g)",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), sdpa_dtype_string(p->dtype), (double)p->dropout_p);
   if (p->b == 0 || p->h == 0) return SDPA_OK;
   const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
   if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)
@@ -170,30 +158,18 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
   const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
   const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
-  if (p->workspace) {
-    if (p->workspace_size < lay.bytes)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace_size = %zu: expected at least %zu bytes for this problem "
-                       "(sdpa_bwd_workspace_size)", p->workspace_size, lay.bytes);
-    if ((uintptr_t)p->workspace % 16)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace = %p: expected a 16-byte aligned device pointer", p->workspace);
-  }
 
   sdpa_bwd_sm80_params prm;
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
-  prm.score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
-  prm.softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
+  sdpa_score_consts(p, &prm.score_mul, &prm.softcap_post);
   prm.dk_scale = p->scale;
   prm.drop_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm.h_per_hk = (int)(p->h / p->h_k);
   prm.nsplit = nsplit;
   prm.total_q = bwd_total_q(p);
-  prm.wl = (int)(p->window_left < 0 || p->window_left > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
-                                                                           : p->window_left);
-  prm.wr = (int)(p->window_right < 0 || p->window_right > SDPA_BWD_UNBOUNDED ? SDPA_BWD_UNBOUNDED
-                                                                             : p->window_right);
+  prm.wl = sdpa_window_clamp(p->window_left);
+  prm.wr = sdpa_window_clamp(p->window_right);
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;
@@ -207,31 +183,17 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
                                     SDPA_BSTR(SDPA_KERNEL_NAME)));
 
-  cudaStream_t stream = (cudaStream_t)p->stream;
-  cudaError_t e = cudaSuccess;
-  unsigned char *ws = (unsigned char *)p->workspace;
-  if (!ws) {
-    e = cudaMallocAsync((void **)&ws, lay.bytes, stream);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return sdpa_fail(SDPA_ERR_OUT_OF_MEMORY,
-                       "%s: cudaMallocAsync of %zu bytes of backward workspace failed: %s "
-                       "(pass desc.workspace to avoid the allocation)",
-                       SDPA_BSTR(SDPA_KERNEL_NAME), lay.bytes, cudaGetErrorString(e));
-    }
-  }
+  void *wsv = NULL;
+  int owned = 0;
+  SDPA_TRY(sdpa_cuda_ws_acquire(p, lay.bytes, 16, SDPA_BSTR(SDPA_KERNEL_NAME),
+                                "sdpa_bwd_workspace_size", &wsv, &owned));
+  unsigned char *ws = (unsigned char *)wsv;
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
   prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
-  sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm, ws, &lay);
-  if (!p->workspace) {
-    e = cudaFreeAsync(ws, stream);
-    if (e != cudaSuccess && st == SDPA_OK)
-      st = sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFreeAsync of the backward workspace failed: %s",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), cudaGetErrorString(e));
-  }
-  return st;
+  const sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm);
+  return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_BSTR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_KPRE
@@ -245,4 +207,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WS
 #undef SDPA_BIAS_RUN
 #undef SDPA_BWD_BIAS
+#undef SDPA_BPASTE_
+#undef SDPA_BPASTE
+#undef SDPA_BSTR_
+#undef SDPA_BSTR
 #include "row_undef.cuh"

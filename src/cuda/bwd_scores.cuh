@@ -4,9 +4,8 @@
  * kernels: from a warp's S^T and dP^T accumulators (16 keys x 8 nqn
  * queries, fp32, m16n8 C layout) to P (the dV operand) and dS (the dK / dQ
  * operand), with the forward's score modifiers (softcap, alibi, causal /
- * window in both alignments, sequence ends) and dropout. Included once per
- * instance translation unit, after sdpa_bwd_sm80_params and the fast
- * exp2 / tanh helpers (bwd_sm80_common.cuh, fwd_sm80_common.cuh).
+ * window in both alignments, sequence ends), dropout and (16-bit kernels)
+ * the bias with dbias. Included once per instance translation unit.
  */
 #ifndef SDPA_BWD_SCORES_CUH
 #define SDPA_BWD_SCORES_CUH
@@ -43,11 +42,13 @@ __device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) 
  * (0 none, 1 fp16, 2 bf16): bv[nq][e >> 1] holds the element's bias in its
  * low / high 16 bits for e & 1 = 0 / 1, added after softcap, before alibi;
  * with db->lane, dS before the softcap derivative (the gradient of the
- * post-softcap score, i.e. dbias) goes to shared memory at db. nqn,
- * softcap, alibi, drop, mask and bias are literals at each call site, so each call
- * compiles to its own code: the plain unmasked form is one FFMA, one MUFU,
- * one FADD and two FMULs an element (the run-time tests it replaces cost
- * about 20 instructions an element; bench/NOTES.md). */
+ * post-softcap score, i.e. dbias) goes to shared memory at db. nqn and
+ * bias are always literals; the plain kernels pass literal zeros for the
+ * other flags too (bwd_p_ds_forms), so their forms compile to straight-line
+ * code: the plain unmasked form is one FFMA, one MUFU, one FADD and two
+ * FMULs an element (the run-time tests it replaces cost about 20
+ * instructions an element; bench/NOTES.md); the score-feature kernels pass
+ * the problem's flags. */
 __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const int nqn,
                                          const sdpa_bwd_sm80_params *prm, const float *lse_t,
                                          const float *dd_t, int b, int hh, int j_lo, int q0,

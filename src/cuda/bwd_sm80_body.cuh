@@ -50,7 +50,6 @@
  * the post-softcap score) gathers in a shared [BM, BN] tile written out by
  * whole rows after each step, and the dbias tiles that the masks skip are
  * zeroed.
-
  * Deterministic mode: block x of a (kv head, batch) owns dQ slice x alone
  * and walks key blocks x, x + n, ... in order (n from bwd_det_splits); post
  * adds the slices in order. Every dQ element is then a sum in a fixed order,
@@ -160,8 +159,7 @@ enum {
   BCH8 = BCH & ~7,
   SM_B = BM * BN * 2,
   OFF_DB = OFF_B + 2 * SM_B,
-  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0),
-  BWD_DROPOUT = 1
+  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0)
 };
 static_assert(SMEM_BYTES == SDPA_BWD_SMEM(BM), "shared-memory layout and its size formula agree");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
@@ -303,7 +301,9 @@ __device__ __forceinline__ void bwd_bias_tile(uint32_t sb, const sdpa_problem *p
       cp_async_16(dst, n ? (const void *)src : p->bias, 2 * n);
     } else {
       uint32_t w[4] = {0u, 0u, 0u, 0u};
-      for (int e = 0; e < n; ++e) w[e >> 1] |= (uint32_t)src[e] << (16 * (e & 1));
+#pragma unroll
+      for (int e = 0; e < 8; ++e) /* unrolled: w stays in registers */
+        if (e < n) w[e >> 1] |= (uint32_t)src[e] << (16 * (e & 1));
       asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]),
                    "r"(w[2]), "r"(w[3]));
     }
@@ -348,7 +348,9 @@ __device__ __forceinline__ void bwd_dbias_out(uint32_t sdb, const sdpa_problem *
     if (dbias_aligned && left >= 8) {
       *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
-      for (int e = 0; e < 8 && e < left; ++e) dst[e] = (uint16_t)(w[e >> 1] >> (16 * (e & 1)));
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (e < left) dst[e] = (uint16_t)(w[e >> 1] >> (16 * (e & 1)));
     }
   }
 }
@@ -417,8 +419,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
 
   if (n_it > 0) {
-    const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset(p, p->k_st, b, n0, hk);
-    const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset(p, p->v_st, b, n0, hk);
+    const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk);
+    const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk);
     bwd_load_tile(s_k, kg, p->k_st.ss, BN, sk - n0, d, tid);
     bwd_load_tile(s_v, vg, p->v_st.ss, BN, sk - n0, d, tid);
     /* Q / dO rows of this sequence: step (hh, mb) reads q_b + m0 ss + hh sh
@@ -612,8 +614,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   for (int hf = 0; hf < 2; ++hf) {
     const int j = n0 + kw * 16 + g + hf * 8;
     if (j >= fk) continue;
-    uint16_t *dkr = (uint16_t *)p->dk + sdpa_kv_offset(p, p->dk_st, b, j, hk);
-    uint16_t *dvr = (uint16_t *)p->dv + sdpa_kv_offset(p, p->dv_st, b, j, hk);
+    uint16_t *dkr = (uint16_t *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
+    uint16_t *dvr = (uint16_t *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
 #pragma unroll
     for (int dt = 0; dt < DTW; ++dt) {
       const int c = ds * HDW + dt * 8 + 2 * t;
@@ -634,6 +636,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #include "bwd_launch.cuh"
 
 #undef SDPA_BIAS_KIND
+#undef SDPA_BDT_IS_BF16_BF16
+#undef SDPA_BDT_IS_BF16_F16
 #undef SDPA_BWD_SMEM
 #undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA

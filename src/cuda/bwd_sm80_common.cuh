@@ -1,5 +1,6 @@
 /*
- * bwd_sm80_common.cuh - what every instance of the sm80 backward shares: the
+ * bwd_sm80_common.cuh - what every instance of the mma.sync backwards (16-bit
+ * bwd_sm80_body.cuh, fp32 bwd_tf32_body.cuh) shares: the
  * kernels' parameter struct (the validated problem by value, the workspace
  * regions and the constants the host folds), the workspace layout (one
  * function answers both "how many bytes" and "where is each region"), the
@@ -42,7 +43,6 @@ typedef struct bwd_ws_layout {
   size_t bytes;                   /* total */
 } bwd_ws_layout;
 
-#define SDPA_BWD_UNBOUNDED 0x40000000
 
 SDPA_HD size_t bwd_align256(size_t n) { return (n + 255u) & ~(size_t)255u; }
 

@@ -117,8 +117,7 @@ enum {
   OFF_S = OFF_DO + BM * HD, /* dS [BM][BN] */
   OFF_L = OFF_S + BM * BN,  /* lse2 [BM], D [BM] */
   OFF_PLAN = OFF_L + 2 * BM, /* the key block's first / last query block (int) */
-  SMEM_BYTES = (OFF_PLAN + 4) * 4,
-  BWD_DROPOUT = 0
+  SMEM_BYTES = (OFF_PLAN + 4) * 4
 };
 
 static_assert(HD % 32 == 0 && HD <= 128, "head-dim bucket must be a multiple of 32, <= 128");
@@ -428,9 +427,9 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
     int *s_plan = (int *)tfb_smem + OFF_PLAN;
     if (tid == 0) s_plan[0] = m_lo, s_plan[1] = m_hi;
     const uint32_t s0 = smem_u32(tfb_smem);
-    tfb_load(s0 + OFF_K * 4, (const float *)p->k + sdpa_kv_offset(p, p->k_st, b, n0, hk),
+    tfb_load(s0 + OFF_K * 4, (const float *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk),
              p->k_st.ss, BN, sk - n0, (int)p->d, tid, p->k);
-    tfb_load(s0 + OFF_V * 4, (const float *)p->v + sdpa_kv_offset(p, p->v_st, b, n0, hk),
+    tfb_load(s0 + OFF_V * 4, (const float *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk),
              p->v_st.ss, BN, sk - n0, (int)p->d, tid, p->v);
     int hh = hk * prm->h_per_hk, mb = m_lo; /* this step's query head and block */
     load_step(prm, hh, mb, sq);
@@ -485,8 +484,8 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
   for (int hf = 0; hf < 2; ++hf) {
     const int j = n0 + row16 + L->g + 8 * hf;
     if (j >= fk) continue;
-    float *dkr = (float *)p->dk + sdpa_kv_offset(p, p->dk_st, b, j, hk);
-    float *dvr = (float *)p->dv + sdpa_kv_offset(p, p->dv_st, b, j, hk);
+    float *dkr = (float *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
+    float *dvr = (float *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
 #pragma unroll
     for (int dc = 0; dc < DC; ++dc)
 #pragma unroll

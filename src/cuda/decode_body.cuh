@@ -113,25 +113,19 @@ static_assert((BM * CPR) % NTHREADS == 0, "Q's chunks spread evenly over the thr
  * at one logical chunk hit eight distinct bank groups (conflict-free ldmatrix). */
 __device__ __forceinline__ int dswz(int r, int c) { return c ^ (r & 7); }
 
-/* Element offsets of key row j0 (kv head hk) of sequence b in K and V. A
- * paged cache reads its block_table here, so the main loop computes a tile's
- * offsets one iteration before it issues the tile's copies: the lookup's
- * latency hides behind a tile of math instead of stalling the issue. */
+/* Element offsets of key row j0 (kv head hk) of sequence b in K and V: one
+ * sdpa_kv_locate for both (a paged cache reads its block_table there), so
+ * the main loop computes a tile's offsets one iteration before it issues the
+ * tile's copies: the lookup's latency hides behind a tile of math. */
 typedef struct dec_kv_off {
   int64_t k, v;
 } dec_kv_off;
 
 __device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int b, int hk, int j0) {
+  const sdpa_kv_pos pos = sdpa_kv_locate(p, b, j0);
   dec_kv_off o;
-  if (p->page_size > 0) { /* one lookup for K and V, 32-bit page arithmetic (j0 < 2^31) */
-    const int ps = (int)p->page_size, pg = j0 / ps, in = j0 - pg * ps;
-    const int64_t blk = p->block_table[b * p->bt_stride + pg];
-    o.k = blk * p->k_st.sb + in * p->k_st.ss + hk * p->k_st.sh;
-    o.v = blk * p->v_st.sb + in * p->v_st.ss + hk * p->v_st.sh;
-    return o;
-  }
-  o.k = sdpa_kv_offset(p, p->k_st, b, j0, hk);
-  o.v = sdpa_kv_offset(p, p->v_st, b, j0, hk);
+  o.k = sdpa_kv_at(p->k_st, pos, hk);
+  o.v = sdpa_kv_at(p->v_st, pos, hk);
   return o;
 }
 
@@ -452,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
 /* Per device: dynamic shared-memory limit raised and occupancy read (races
  * store the same values). */
-static int DEC_PASTE(SDPA_KERNEL_NAME, _bps)[64];
+static int DEC_PASTE(SDPA_KERNEL_NAME, _bps)[SDPA_MAX_DEVICES];
 
 static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
   int dev = 0;
@@ -460,11 +454,11 @@ static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", DEC_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
-  if (dev < 64 && DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] > 0) {
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES && DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] > 0) {
     *bps = DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev];
     return SDPA_OK;
   }
-  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
   SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)DEC_KERNEL, (int)SMEM_BYTES, smem_set,
                                   DEC_STR(SDPA_KERNEL_NAME)));
   int n = 0;
@@ -473,7 +467,7 @@ static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
     return sdpa_fail(SDPA_ERR_CUDA, "%s: no block of %d threads and %d bytes of shared memory fits "
                      "an SM (%s)", DEC_STR(SDPA_KERNEL_NAME), (int)NTHREADS, (int)SMEM_BYTES,
                      cudaGetErrorString(e));
-  if (dev < 64) DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] = n;
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES) DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] = n;
   *bps = n;
   return SDPA_OK;
 }

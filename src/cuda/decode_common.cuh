@@ -3,9 +3,10 @@
  * instances), the KV append (kv_append.cu), the split combine and
  * merge_states (merge.cu) and the host planning (decode_plan.cu) share: the
  * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
- * rotation of one element, the one exact merge of partial (out, lse) rows
- * used at every level (the warps of a block, the splits of a problem and
- * sdpa_merge_states), and the host-side entry points of those files.
+ * rotation of one element, the exact merge rule of partial (out, lse) rows
+ * (total and weights: the warps of a decode block use it directly; merge.cu
+ * walks the parts online with the same rule), and the host-side entry points
+ * of those files.
  * CUDA C only; included by .cu files.
  */
 #ifndef SDPA_DECODE_COMMON_CUH
@@ -110,31 +111,6 @@ __device__ __forceinline__ float sdpa_merge_total(const float *lse, int64_t n, i
     const float l = lse[k * stride];
     if (l != INFINITY) sum += expf(l - mx);
   }
-  return mx + logf(sum);
-}
-
-/* The same total computed by a whole warp for lse values in global memory:
- * lane k reads parts k, k + 32, ... at once and shuffles reduce them, so a
- * row costs one load latency instead of one per part (the split combine of
- * 2026-11-21 spent ~28 us walking 29 parts one dependent load at a time).
- * Every lane returns the total; all 32 lanes must call it. */
-__device__ __forceinline__ float sdpa_merge_total_warp(const float *lse, int64_t n,
-                                                       int64_t stride, int lane) {
-  float mx = -INFINITY;
-  for (int64_t k = lane; k < n; k += 32) {
-    const float l = lse[k * stride];
-    if (l != INFINITY && l > mx) mx = l;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (mx == -INFINITY) return INFINITY;
-  float sum = 0.f;
-  for (int64_t k = lane; k < n; k += 32) {
-    const float l = lse[k * stride];
-    if (l != INFINITY) sum += expf(l - mx);
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   return mx + logf(sum);
 }
 

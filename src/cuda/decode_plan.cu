@@ -103,12 +103,18 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   const int64_t m_blocks = decode_m_blocks(p, sh);
   const int splits = sdpa_decode_num_splits(p, sh);
   const int64_t grid = (int64_t)splits * m_blocks * p->b * p->h_k;
-  if (rows > 0x7fffffff || grid > 0x7fffffff || p->s_k > 0x7fffffff)
+  if (rows > 0x7fffffff || grid > 0x7fffffff)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
                      "%s: %lld packed query rows (h / h_k * s_q), %lld blocks (splits %d x query "
                      "blocks %lld x b %lld x h_k %lld): expected each < 2^31",
                      sh->name, (long long)rows, (long long)grid, splits, (long long)m_blocks,
                      (long long)p->b, (long long)p->h_k);
+  /* the combine's limits (merge.cu), checked before anything runs */
+  if (splits > 1 && (p->b > 65535 || p->s_q * p->h > 0x7fffffff))
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: b = %lld with %d key splits: the combine takes at most 65535 batches of "
+                     "< 2^31 rows (num_splits = 1 avoids it)",
+                     sh->name, (long long)p->b, splits);
 
   sdpa_decode_params prm;
   prm.p = *p;
@@ -117,11 +123,10 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   prm.m_blocks = (int)m_blocks;
   prm.splits = splits;
   prm.has_softcap = p->softcap > 0.f;
-  prm.score_mul = prm.has_softcap ? 2.f * 1.4426950408889634f * p->scale / p->softcap
-                                  : p->scale * 1.4426950408889634f;
-  prm.softcap_post = prm.has_softcap ? p->softcap * 1.4426950408889634f : 0.f;
-  prm.q_vec = p->rotary_dim == 0 && ((uintptr_t)p->q & 15) == 0 && p->q_st.ss % 8 == 0 &&
-              p->q_st.sh % 8 == 0 && (p->layout == SDPA_LAYOUT_VARLEN || p->q_st.sb % 8 == 0);
+  sdpa_score_consts(p, &prm.score_mul, &prm.softcap_post);
+  /* q rows are 16-byte aligned here (the decode rows refuse unaligned
+     problems), so unrotated q loads whole 16-byte chunks */
+  prm.q_vec = p->rotary_dim == 0;
   prm.part_out = NULL;
   prm.part_lse = NULL;
 
@@ -129,21 +134,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   void *ws = NULL;
   int owned = 0;
   if (need > 0) {
-    if (p->workspace) {
-      if (p->workspace_size < need)
-        return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                         "workspace_size = %zu: expected >= %zu bytes for %s with %d key splits "
-                         "(ask sdpa_fwd_workspace_size)",
-                         p->workspace_size, need, sh->name, splits);
-      ws = p->workspace;
-    } else {
-      cudaError_t e = cudaMallocAsync(&ws, need, stream);
-      if (e != cudaSuccess)
-        return sdpa_fail(e == cudaErrorMemoryAllocation ? SDPA_ERR_OUT_OF_MEMORY : SDPA_ERR_CUDA,
-                         "%s: cudaMallocAsync(%zu bytes of split-KV workspace) failed: %s",
-                         sh->name, need, cudaGetErrorString(e));
-      owned = 1;
-    }
+    SDPA_TRY(sdpa_cuda_ws_acquire(p, need, 16, sh->name, "sdpa_fwd_workspace_size", &ws, &owned));
     prm.part_out = (float *)ws;
     prm.part_lse = (float *)((char *)ws + part_out_bytes(p, sh, splits));
   }
@@ -179,11 +170,6 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
     a.lo_sh = p->lse_sh;
     st = sdpa_cuda_merge_launch(&a, stream, 1, sh->name);
   }
-  if (owned) {
-    cudaError_t e = cudaFreeAsync(ws, stream);
-    if (e != cudaSuccess && st == SDPA_OK)
-      st = sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFreeAsync of the split-KV workspace failed: %s",
-                     sh->name, cudaGetErrorString(e));
-  }
+  st = sdpa_cuda_ws_release(p, ws, owned, st, sh->name);
   return st;
 }

@@ -27,12 +27,11 @@ extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const
   memset(prm, 0, sizeof *prm);
   prm->p = *p;
   const int softcap = p->softcap > 0.f;
-  prm->score_mul = softcap ? 2.f * SDPA_LOG2E * p->scale / p->softcap : p->scale * SDPA_LOG2E;
+  sdpa_score_consts(p, &prm->score_mul, &prm->softcap_post);
   /* without softcap, bias and alibi, a positive multiplier commutes with the
    * row max: scores stay raw and the softmax applies it in its FFMA */
   prm->fold = !softcap && p->bias == NULL && p->alibi == NULL && prm->score_mul > 0.f;
   prm->exp_mul = prm->fold ? prm->score_mul : 1.f;
-  prm->softcap_post = softcap ? p->softcap * SDPA_LOG2E : 0.f;
   prm->out_scale = p->dropout_p > 0.f ? p->drop_scale : 1.f;
   prm->h_per_hk = (int)(p->h / p->h_k);
   prm->has_softcap = softcap;

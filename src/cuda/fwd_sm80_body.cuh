@@ -6,15 +6,18 @@
  *   SDPA_DTYPE        BF16 or F16
  *   SDPA_HDIM         head-dim bucket (padded tile width, multiple of 16, <= 256)
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
- *   SDPA_FULL         0: the fast variant: two kernels, without dropout and
- *                     with it (_drop_kernel), same tiles;
+ *   SDPA_FULL         0: the fast variant: three kernels at the same tiles,
+ *                     plain, with dropout (_drop_kernel) and with a bias
+ *                     (_bias_kernel, its tile through shared memory);
  *                     1: the return_probs variant (name suffixed _full, with
  *                     dropout compiled in), with 16 rows per warp and smaller
  *                     key tiles, since the probs pass does not fit beside the
  *                     accumulators without spilling. The fast variant's run
- *                     function forwards problems with probs to it.
+ *                     function forwards to it problems with probs, and those
+ *                     with a bias together with dropout or a bias whose rows
+ *                     cp.async cannot copy.
  * and includes this file, which defines
- *   __global__ SDPA_KERNEL_NAME##_kernel(params) (and ##_drop_kernel when fast)
+ *   __global__ SDPA_KERNEL_NAME##_kernel(params) (and ##_drop_kernel, ##_bias_kernel when fast)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
@@ -65,9 +68,6 @@
 
 #ifndef SDPA_FULL
 #define SDPA_FULL 0
-#endif
-#ifndef SDPA_FWD_STAGES_MAX /* experiments: -DSDPA_FWD_STAGES_MAX=2 */
-#define SDPA_FWD_STAGES_MAX 1
 #endif
 
 #define SDPA_PASTE_(a, b) a##b
@@ -127,18 +127,14 @@ enum {
   QKS = Q_REGS ? KS : 1,
   SMEM_Q = BM * HD * 2,
   SMEM_KV = BN * HD * 2,
-  /* K/V stages: 1 = FlashAttention-2's overlap (V of tile n loads under
-   * Q K^T of n, K of n+1 under P V of n); 2 = each load gets a whole tile's
-   * compute (K of n+1 issued before Q K^T of n, V of n+1 before P V of n,
-   * into the other stage), when two blocks still fit an sm_90 SM. Off by
-   * default: on H200 (2026-11-21) it spilled 88 bytes at d = 128 and ran 3%
-   * slower there (330 vs 341 TFLOP/s, bf16 s = 4096), no faster elsewhere. */
-  STAGES = (SMEM_Q + 4 * SMEM_KV <= 113 * 1024 && SDPA_FWD_STAGES_MAX >= 2) ? 2 : 1,
-  STAGE_BYTES = 2 * SMEM_KV, /* layout: Q | K0 V0 | K1 V1 | bias tile */
-  SMEM_BYTES = SMEM_Q + STAGES * STAGE_BYTES,
-  /* the bias tile in shared memory (fast kernels, one stage): BM rows of BN
-   * keys padded by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
-  BIAS_SMEM = !FULL && STAGES == 1,
+  /* one K/V stage, FlashAttention-2's overlap: V of tile n loads under
+   * Q K^T of n, K of n+1 under P V of n (two stages, each load a whole
+   * tile's compute ahead, spilled 88 bytes at d = 128 and ran 3% slower
+   * there on H200, no faster elsewhere: bench/NOTES.md) */
+  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV, /* layout: Q | K V | bias tile */
+  /* the bias tile in shared memory (fast kernels): BM rows of BN keys padded
+   * by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
+  BIAS_SMEM = !FULL,
   BROW = BN + 8,
   SMEM_BIAS = BIAS_SMEM ? BM * BROW * 2 : 0
 };
@@ -353,8 +349,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
   const uint32_t s_b = s_q + SMEM_BYTES; /* the bias tile (BIAS_SMEM) */
 
   const uint16_t *qg = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh);
-  const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset(p, p->k_st, b, 0, hk);
-  const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset(p, p->v_st, b, 0, hk);
+  const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, 0, hk);
+  const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, 0, hk);
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   fwd_block_rows(&kb, prm, BM, BN, MW, warp, g);
   const int n_begin = kb.n_begin, n_end = kb.n_end;
@@ -376,10 +372,6 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     load_tile(s_k, kg + (int64_t)n_begin * BN * kss, kss, BN, sk - n_begin * BN, d, tid, p->k);
     if (BIAS_SMEM && bias && prm->has_bias) bias_tile(s_b, p, m0, n_begin * BN, sq, sk, tid);
     cp_async_commit();
-    if (STAGES == 2) {
-      load_tile(s_v, vg + (int64_t)n_begin * BN * vss, vss, BN, sk - n_begin * BN, d, tid, p->v);
-      cp_async_commit();
-    }
   }
 
   uint32_t qr[MT][QKS][4];
@@ -405,26 +397,15 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 
   for (int n = n_begin; n < n_end; ++n) {
     const int n0 = n * BN;
-    const uint32_t so = STAGES == 2 ? (uint32_t)((n - n_begin) & 1) * STAGE_BYTES : 0u;
-    if (STAGES == 2) {
-      cp_async_wait_1(); /* K tile n (and Q) landed; V tile n may be in flight */
-      __syncthreads();   /* ... for every thread; everyone is done with tile n-1 */
-      if (n + 1 < n_end) { /* K of n+1 into the other stage, free since the barrier */
-        load_tile(s_k + (STAGE_BYTES - so), kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN,
-                  d, tid, p->k);
-        cp_async_commit();
-      }
-    } else {
-      cp_async_wait_all(); /* K tile n (and Q) landed */
-      __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
-      load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
-      cp_async_commit();
-    }
+    cp_async_wait_all(); /* K tile n (and Q) landed */
+    __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
+    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
+    cp_async_commit();
 
     uint32_t dm[MT][DW];
     if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
     float s[MT][NT][4];
-    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane + so, k_x7, k_x3, k_hi);
+    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
     const int full = n0 >= kb.lo1 && n0 + BN <= kb.hi0;
     finish_scores(s, prm, &kb, n0, t, !full, bias, (const uint32_t *)(smem + SMEM_BYTES));
     softmax_step(s, o, row_max, row_sum, prm->exp_mul);
@@ -441,25 +422,12 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
         pa[mt][ps][3] = SDPA_PACK(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
       }
 
-    if (STAGES == 2) {
-      if (n + 1 < n_end)
-        cp_async_wait_1(); /* V tile n landed; K of n+1 may be in flight */
-      else
-        cp_async_wait_all();
-      __syncthreads(); /* ... for every thread */
-      if (n + 1 < n_end) { /* V of n+1: its stage's V (tile n-1) was read before the top barrier */
-        load_tile(s_v + (STAGE_BYTES - so), vg + (int64_t)(n0 + BN) * vss, vss, BN, sk - n0 - BN,
-                  d, tid, p->v);
-        cp_async_commit();
-      }
-    } else {
-      cp_async_wait_all(); /* V tile n landed */
-      __syncthreads();     /* ... for every thread; everyone is done with K tile n */
-      if (n + 1 < n_end) { /* with the bias tile of n+1: tile n's was read above */
-        load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
-        if (BIAS_SMEM && bias && prm->has_bias) bias_tile(s_b, p, m0, n0 + BN, sq, sk, tid);
-        cp_async_commit();
-      }
+    cp_async_wait_all(); /* V tile n landed */
+    __syncthreads();     /* ... for every thread; everyone is done with K tile n */
+    if (n + 1 < n_end) { /* with the bias tile of n+1: tile n's was read above */
+      load_tile(s_k, kg + (int64_t)(n0 + BN) * kss, kss, BN, sk - n0 - BN, d, tid, p->k);
+      if (BIAS_SMEM && bias && prm->has_bias) bias_tile(s_b, p, m0, n0 + BN, sq, sk, tid);
+      cp_async_commit();
     }
 
     /* O += P V */
@@ -470,7 +438,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
         uint32_t bv[4];
         int c = 2 * dp + v_hi;
         int pc = (2 * dp < CPR8) ? (c ^ v_x7) : (c ^ v_x3);
-        ldmatrix_x4_trans(bv, sv_lane + so + (uint32_t)(ps * 16 * CPR * 16 + pc * 16));
+        ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(ps * 16 * CPR * 16 + pc * 16));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           SDPA_MMA(o[mt][2 * dp], pa[mt][ps], bv);
@@ -605,10 +573,10 @@ extern "C" sdpa_status SDPA_RUN_FULL(const sdpa_problem *p, const sdpa_kernel_ro
 #endif
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
 #if !SDPA_FULL
-  static unsigned char smem_set_drop[64];
-  static unsigned char smem_set_bias[64];
+  static unsigned char smem_set_drop[SDPA_MAX_DEVICES];
+  static unsigned char smem_set_bias[SDPA_MAX_DEVICES];
   /* ... and a bias with dropout, or one whose rows cp.async cannot copy in
    * whole 16-byte chunks */
   if (p->probs || (p->bias && (p->dropout_p > 0.f || !BIAS_SMEM || ((uintptr_t)p->bias & 15u) != 0 ||

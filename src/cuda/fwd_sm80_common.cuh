@@ -16,7 +16,7 @@
 
 #include "../problem.h"
 
-/* Passed by value (__grid_constant__) to every sm80 forward kernel. */
+/* Passed by value (__grid_constant__) to every mma.sync forward kernel (16-bit and tf32). */
 typedef struct sdpa_fwd_sm80_params {
   sdpa_problem p;
   float score_mul;    /* scale * log2(e): scores go to the exp2 domain in one multiply;
@@ -38,14 +38,12 @@ extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const
                                             sdpa_fwd_sm80_params *prm, dim3 *grid);
 
 /* Launches kernel(*prm) on prm->p.stream with `smem` bytes of dynamic shared
- * memory (raising the kernel's limit once per device: smem_set[64], the
+ * memory (raising the kernel's limit once per device: smem_set[SDPA_MAX_DEVICES], the
  * caller's flags); SDPA_ERR_CUDA naming `name` when the launch fails. */
 extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
                                        dim3 grid, int threads, int smem, unsigned char *smem_set,
                                        const char *name);
 
-#define SDPA_LOG2E 1.4426950408889634f
-#define SDPA_LN2 0.6931471805599453f
 
 /* 2^x by the SFU (ex2.approx.ftz): 2^-inf = +0, ~2 ulp; the accuracy FA2 uses. */
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -153,8 +151,8 @@ __device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_sm8
   kb->hi0 = hi0;
   kb->rw.i0 = kb->m0 + warp * mw + g;
   kb->rw.off = p->bottom_right ? sk - sq : 0;
-  kb->rw.wl = (int)(p->window_left < 0 ? 0x40000000 : min(p->window_left, (int64_t)0x40000000));
-  kb->rw.wr = (int)(p->window_right < 0 ? 0x40000000 : min(p->window_right, (int64_t)0x40000000));
+  kb->rw.wl = sdpa_window_clamp(p->window_left);
+  kb->rw.wr = sdpa_window_clamp(p->window_right);
   kb->rw.sk = sk;
   kb->alibi_off = sk - sq;
   kb->slope2 =

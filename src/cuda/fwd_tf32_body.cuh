@@ -269,8 +269,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   L.v1 = (2 * t + 1) * CPR + (g ^ tf_swz(2 * t + 1));
 
   /* (keys, d) views of this kv head; Q from the block's first row */
-  const float *kg = (const float *)p->k + sdpa_kv_offset(p, p->k_st, kb.b, 0, kb.hk);
-  const float *vg = (const float *)p->v + sdpa_kv_offset(p, p->v_st, kb.b, 0, kb.hk);
+  const float *kg = (const float *)p->k + sdpa_kv_offset_seq(p, p->k_st, kb.b, 0, kb.hk);
+  const float *vg = (const float *)p->v + sdpa_kv_offset_seq(p, p->v_st, kb.b, 0, kb.hk);
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   load_tile(s_q, (const float *)p->q + sdpa_q_offset(p, p->q_st, kb.b, kb.m0, kb.hh), p->q_st.ss,
                BM, kb.sq - kb.m0, d, tid, p->q);
@@ -354,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 /* ---- host launch -------------------------------------------------------------- */
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[64]; /* per device: dynamic shared-memory limit raised */
+  static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
   (void)row;
   if (p->dtype != SDPA_DTYPE_F32 || p->d > HD || p->d != p->d_v || p->bias || p->probs ||
       p->dropout_p > 0.f || p->layout == SDPA_LAYOUT_CACHE || p->num_splits > 1)

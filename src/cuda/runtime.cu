@@ -2,14 +2,16 @@
  * runtime.cu - what the host side of the CUDA backend asks of the device: the
  * current device's compute capability (x10) and SM count, read once per
  * device and cached (registry.h). 0 when no device is usable, so
- * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`.
+ * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`; the once-per-device
+ * shared-memory opt-in; and every call's workspace (the caller's, or a
+ * stream-ordered allocation).
  */
+#include <stdint.h>
+
 #include <cuda_runtime.h>
 
 #include "../error.h"
 #include "../registry.h"
-
-#define SDPA_MAX_DEVICES 64
 
 /* 0 = not read yet; -1 = unusable; else the value. Races only store the
  * same value twice. */
@@ -69,4 +71,44 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
                      name, bytes, cudaGetErrorString(e));
   if (dev >= 0 && dev < SDPA_MAX_DEVICES) done[dev] = 1;
   return SDPA_OK;
+}
+
+extern "C" sdpa_status sdpa_cuda_ws_acquire(const sdpa_problem *p, size_t need, size_t align,
+                                            const char *who, const char *query, void **ws,
+                                            int *owned) {
+  *ws = NULL;
+  *owned = 0;
+  if (p->workspace) {
+    if (p->workspace_size < need)
+      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
+                       "workspace_size = %zu: expected at least %zu bytes for this problem (%s)",
+                       p->workspace_size, need, query);
+    if (align > 1 && (uintptr_t)p->workspace % align)
+      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
+                       "workspace = %p: expected a %zu-byte aligned device pointer", p->workspace,
+                       align);
+    *ws = p->workspace;
+    return SDPA_OK;
+  }
+  const cudaError_t e = cudaMallocAsync(ws, need > 0 ? need : 1, (cudaStream_t)p->stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* clear, so the next launch check does not report it as its own */
+    *ws = NULL;
+    return sdpa_fail(SDPA_ERR_OUT_OF_MEMORY,
+                     "%s: cudaMallocAsync of %zu bytes of workspace failed: %s (pass "
+                     "desc.workspace, of %s bytes, to avoid the allocation)",
+                     who, need, cudaGetErrorString(e), query);
+  }
+  *owned = 1;
+  return SDPA_OK;
+}
+
+extern "C" sdpa_status sdpa_cuda_ws_release(const sdpa_problem *p, void *ws, int owned,
+                                            sdpa_status st, const char *who) {
+  if (!owned) return st;
+  const cudaError_t e = cudaFreeAsync(ws, (cudaStream_t)p->stream);
+  if (e != cudaSuccess && st == SDPA_OK)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFreeAsync of the workspace failed: %s", who,
+                     cudaGetErrorString(e));
+  return st;
 }

@@ -427,30 +427,9 @@ extern "C" sdpa_status bwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row
     return sdpa_fail(SDPA_ERR_INTERNAL, "bwd_simt: dispatched a KV-cache problem, which its "
                                         "registry row does not list");
   if (p->b == 0 || p->h == 0) return SDPA_OK;
-  const size_t bytes = simt_bwd_ws_bytes(p);
-  if (p->workspace) {
-    if (p->workspace_size < bytes)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace_size = %zu: expected at least %zu bytes for this problem "
-                       "(sdpa_bwd_workspace_size)", p->workspace_size, bytes);
-    if ((uintptr_t)p->workspace % 4)
-      return sdpa_fail(SDPA_ERR_INVALID_ARGUMENT,
-                       "workspace = %p: expected a 4-byte aligned device pointer", p->workspace);
-    return simt_bwd_launch(p, (float *)p->workspace);
-  }
-  cudaStream_t stream = (cudaStream_t)p->stream;
   void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, bytes, stream);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return sdpa_fail(SDPA_ERR_OUT_OF_MEMORY,
-                     "bwd_simt: cudaMallocAsync of %zu bytes of backward workspace failed: %s "
-                     "(pass desc.workspace to avoid the allocation)", bytes, cudaGetErrorString(e));
-  }
-  sdpa_status st = simt_bwd_launch(p, (float *)ws);
-  e = cudaFreeAsync(ws, stream);
-  if (e != cudaSuccess && st == SDPA_OK)
-    st = sdpa_fail(SDPA_ERR_CUDA, "bwd_simt: cudaFreeAsync of the backward workspace failed: %s",
-                   cudaGetErrorString(e));
-  return st;
+  int owned = 0;
+  SDPA_TRY(sdpa_cuda_ws_acquire(p, simt_bwd_ws_bytes(p), 4, "bwd_simt", "sdpa_bwd_workspace_size",
+                                &ws, &owned));
+  return sdpa_cuda_ws_release(p, ws, owned, simt_bwd_launch(p, (float *)ws), "bwd_simt");
 }
