@@ -132,14 +132,18 @@ typedef enum sdpa_mask_align {
  *   dense:   q [b, s_q, h, d], k [b, s_k, h_k, d], v [b, s_k, h_k, d_v]
  *   varlen:  cu_seqlens_q given: q [total_q, h, d], k [total_k, h_k, d],
  *            v [total_k, h_k, d_v]; cu_seqlens_q/k int32 [b+1] prefix sums;
- *            max_seqlen_q/k bound the per-sequence lengths.
+ *            max_seqlen_q/k bound the per-sequence lengths. cu_seqlens[b]
+ *            may be below total (padding rows at the end, as flash_attn
+ *            allows): no output is written to those rows.
  *   cache:   forward only, see sdpa_fwd_desc.
  * h % h_k == 0: query head i reads kv head i / (h / h_k).
  */
 typedef struct sdpa_attn {
   sdpa_device device;
   void *stream;       /* CUDA: a cudaStream_t (NULL = default stream). CPU: ignored */
-  int num_threads;    /* CPU: worker threads; 0 = $SDPA_NUM_THREADS or all cores */
+  int num_threads;    /* CPU: worker threads; 0 = $SDPA_NUM_THREADS or all cores. With
+                         OpenBLAS the first CPU call sets OpenBLAS's own thread count
+                         to 1, process-wide (0.3.21 has no per-call count) */
 
   sdpa_tensor q, k, v;
 

@@ -5,7 +5,7 @@
 # copy of the tree, and print $VARIANT_TEST --bench (default test_gpu_fwd;
 # test_gpu_bwd for the backward rows).
 #   tests/gpu/variants.sh 'd64_128x128|s/hd64, BF16, 32, 64, 128, 64, 4/hd64, BF16, 32, 64, 128, 128, 4/|'
-#   tests/gpu/variants.sh 'one_stage||-DSDPA_FWD_STAGES_MAX=1'
+#   tests/gpu/variants.sh 'lineinfo||-lineinfo'   (extra nvcc flags, e.g. -D experiment switches)
 set -u
 test=${VARIANT_TEST:-test_gpu_fwd}
 root=$(cd "$(dirname "$0")/../.." && pwd)
