@@ -217,13 +217,6 @@ static void check_cache(const ccase *c, const cbufs *f, const void *k0, const vo
   free(touched_v);
 }
 
-static double lse_atol(const double *lse, int64_t n) {
-  double mx = 1.0;
-  for (int64_t e = 0; e < n; ++e)
-    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
-  return 2e-6 * mx + 1e-5;
-}
-
 static void run_case(const ccase *c) {
   printf("-- %s: %s b%lld h%lld/%lld s_q%lld s_new%lld d%lld cache %lld page %lld rotary %d\n",
          c->name, sdpa_dtype_string(c->dtype), (long long)c->b, (long long)c->h,
@@ -254,7 +247,7 @@ static void run_case(const ccase *c) {
     snprintf(what, sizeof what, "%s out", c->name);
     test_check(what, &f.out, ro, lo, test_atol(c->dtype));
     snprintf(what, sizeof what, "%s lse", c->name);
-    test_check(what, &f.lse, rl, ll, lse_atol(rl, n_lse));
+    test_check(what, &f.lse, rl, ll, test_lse_atol(rl, n_lse));
     if (c->s_new > 0) check_cache(c, &f, k0, v0);
     /* every split count equals the unsplit result (the append is idempotent) */
     if (c->splits == 1) {
@@ -271,7 +264,7 @@ static void run_case(const ccase *c) {
         snprintf(what, sizeof what, "%s splits=%d vs 1 out", c->name, s);
         test_check(what, &out2, o1, NULL, c->dtype == SDPA_DTYPE_F32 ? 2e-6 : test_atol(c->dtype));
         snprintf(what, sizeof what, "%s splits=%d vs 1 lse", c->name, s);
-        test_check(what, &lse2, l1, NULL, lse_atol(l1, n_lse));
+        test_check(what, &lse2, l1, NULL, test_lse_atol(l1, n_lse));
         free(o1);
         free(l1);
         test_free(&out2);

@@ -190,14 +190,6 @@ static void release(fbufs *f) {
   test_free(&f->used);
 }
 
-/* atol for lse: fp32 relative rounding of its magnitude */
-static double lse_atol(const double *lse, int64_t n) {
-  double mx = 1.0;
-  for (int64_t e = 0; e < n; ++e)
-    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
-  return 2e-6 * mx + 1e-5;
-}
-
 /* Runs case c and checks out, lse (and probs) against the oracle. */
 static void run_case(const fcase *c) {
   printf("-- %s: %s b%lld h%lld/%lld s%lld/%lld d%lld/%lld\n", c->name,
@@ -225,7 +217,7 @@ static void run_case(const fcase *c) {
   snprintf(what, sizeof what, "%s out", c->name);
   test_check(what, &f.out, ro, lo, test_atol(c->dtype));
   snprintf(what, sizeof what, "%s lse", c->name);
-  test_check(what, &f.lse, rl, ll, lse_atol(rl, n_lse));
+  test_check(what, &f.lse, rl, ll, test_lse_atol(rl, n_lse));
   if (n_p) {
     snprintf(what, sizeof what, "%s probs", c->name);
     test_check(what, &f.probs, rp, NULL, 1e-5);
@@ -295,7 +287,7 @@ static void run_repeat(const fcase *c) {
     snprintf(what, sizeof what, "%s splits=%d vs 1 out", c->name, s);
     fails += !test_check(what, &out2, o1, NULL, c->dtype == SDPA_DTYPE_F32 ? 2e-6 : test_atol(c->dtype));
     snprintf(what, sizeof what, "%s splits=%d vs 1 lse", c->name, s);
-    fails += !test_check(what, &lse2, l1, NULL, lse_atol(l1, nl));
+    fails += !test_check(what, &lse2, l1, NULL, test_lse_atol(l1, nl));
     test_free(&out2);
     test_free(&lse2);
   }

@@ -285,6 +285,29 @@ int test_check(const char *what, const sdpa_tensor *got, const double *ref, cons
   return 1;
 }
 
+double test_max_abs(const double *x, int64_t n) {
+  double m = 0.0;
+  for (int64_t e = 0; e < n; ++e)
+    if (isfinite(x[e]) && fabs(x[e]) > m) m = fabs(x[e]);
+  return m;
+}
+
+/* lse is O(log s_k) + O(max score), not O(1): its atol is fp32's relative
+ * rounding of that magnitude, never less than at 1. */
+double test_lse_atol(const double *lse, int64_t n) {
+  const double m = test_max_abs(lse, n);
+  return 2e-6 * (m > 1.0 ? m : 1.0) + 1e-5;
+}
+
+/* Gradients are not O(1): the dtype's atol scales with max(1, max |ref|). */
+int test_check_grad(const char *cname, const char *what, const sdpa_tensor *got, const double *ref,
+                    const double *lowp) {
+  char label[200];
+  snprintf(label, sizeof label, "%s %s", cname, what);
+  const double m = test_max_abs(ref, test_numel(got));
+  return test_check(label, got, ref, lowp, test_atol(got->dtype) * (m > 1.0 ? m : 1.0));
+}
+
 int test_check_equal(const char *what, const sdpa_tensor *a, const sdpa_tensor *b) {
   int same_shape = a->dtype == b->dtype && a->rank == b->rank;
   for (int k = 0; same_shape && k < a->rank; ++k) same_shape = a->shape[k] == b->shape[k];

@@ -2,8 +2,9 @@
  * harness.h - what every C test shares: a seeded RNG (the seed is printed, and
  * SDPA_TEST_SEED=<n> replays it), host tensors that own their memory and start
  * poisoned (NaN), checks against the double-precision oracle with the
- * tolerance rule of DESIGN.md section 8, and pass/fail counting that ends in
- * the summary line "N passed, N failed".
+ * tolerance rule of DESIGN.md section 8 (and its atol for lse and for
+ * gradients), and pass/fail counting that ends in the summary line
+ * "N passed, N failed".
  *
  * Tolerance (as flash_attn's tests): for an output o with oracle r and
  * "storage-dtype math" oracle l (ref_* with lowp = 1),
@@ -57,6 +58,15 @@ double test_atol(sdpa_dtype dtype);
  * Returns 1 on pass, 0 on fail; counts the result. */
 int test_check(const char *what, const sdpa_tensor *got, const double *ref, const double *lowp,
                double atol);
+/* max |x[e]| over the finite x[e] (0 if none). */
+double test_max_abs(const double *x, int64_t n);
+/* atol for an lse checked against the oracle's lse[0..n):
+ * 2e-6 * max(1, test_max_abs(lse, n)) + 1e-5. */
+double test_lse_atol(const double *lse, int64_t n);
+/* test_check labelled "<cname> <what>", atol test_atol(got's dtype) scaled by
+ * max(1, max |ref|) (a gradient's size grows with the problem). */
+int test_check_grad(const char *cname, const char *what, const sdpa_tensor *got, const double *ref,
+                    const double *lowp);
 /* Exact equality of two tensors' bytes over their logical elements. */
 int test_check_equal(const char *what, const sdpa_tensor *a, const sdpa_tensor *b);
 

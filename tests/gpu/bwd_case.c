@@ -136,6 +136,24 @@ int bwd_case_oracle(const bcase *c, const bbufs *f, int lowp, double *r[3]) {
   return 1;
 }
 
+int bwd_case_prepare(const bcase *c, bbufs *f, test_rng *rng, int with_lowp, double *r[2][3]) {
+  for (int e = 0; e < 3; ++e) r[0][e] = r[1][e] = NULL;
+  if (bwd_case_build(c, f, rng) && bwd_case_oracle(c, f, 0, r[0]) &&
+      (!with_lowp || bwd_case_oracle(c, f, 1, r[1])))
+    return 1;
+  bwd_case_done(f, r);
+  return 0;
+}
+
+void bwd_case_done(bbufs *f, double *r[2][3]) {
+  for (int l = 0; l < 2; ++l)
+    for (int e = 0; e < 3; ++e) {
+      free(r[l][e]);
+      r[l][e] = NULL;
+    }
+  bwd_case_release(f);
+}
+
 int bwd_case_rerun_same(const bcase *c, bbufs *f, int runs) {
   dual *g[3] = {&f->dq, &f->dk, &f->dv};
   void *first[3];

@@ -48,6 +48,13 @@ void bwd_case_poison(bbufs *f);
  * caller frees them); exits on allocation failure. 0 if the host descriptor
  * fails validation (reported). */
 int bwd_case_oracle(const bcase *c, const bbufs *f, int lowp, double *r[3]);
+/* bwd_case_build, then the exact oracle in r[0] and (with_lowp) the lowp one
+ * in r[1] (else r[1][*] = NULL). 1 on success: the caller owns f and r and
+ * ends with bwd_case_done. 0 on failure (reported): f released, nothing left
+ * to free. */
+int bwd_case_prepare(const bcase *c, bbufs *f, test_rng *rng, int with_lowp, double *r[2][3]);
+/* Frees r[0..1][0..2] (NULL entries too) and releases f. */
+void bwd_case_done(bbufs *f, double *r[2][3]);
 /* sdpa_bwd `runs` more times on fresh poison, 1 if every run returns
  * dq / dk / dv bit for bit equal to what the buffers hold now (downloaded). */
 int bwd_case_rerun_same(const bcase *c, bbufs *f, int runs);

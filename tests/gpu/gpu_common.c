@@ -1,7 +1,7 @@
 /*
  * gpu_common.c - CUDA_OK's fatal path, the host/device `dual` tensors of
- * the GPU tests, the benchmarks' device tensors and the relative-error
- * measure of the fp32 (tf32) tests (gpu_common.h).
+ * the GPU tests, the benchmarks' device tensors and median timing, and the
+ * relative-error measure of the fp32 (tf32) tests (gpu_common.h).
  */
 #include "gpu_common.h"
 
@@ -86,13 +86,52 @@ sdpa_fwd_desc gpu_bench_desc(void *buf[4], sdpa_dtype dt, const int64_t shape[4]
   return desc;
 }
 
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static sdpa_status gpu_call(const sdpa_fwd_desc *fwd, const sdpa_bwd_desc *bwd) {
+  return fwd ? sdpa_fwd(fwd) : sdpa_bwd(bwd);
+}
+
+double gpu_median_ms(const sdpa_fwd_desc *fwd, const sdpa_bwd_desc *bwd, int warmup, int reps) {
+  for (int it = 0; it < warmup; ++it)
+    if (gpu_call(fwd, bwd) != SDPA_OK) return -1.0;
+  float *ms = malloc(sizeof(float) * (size_t)reps);
+  if (!ms) {
+    printf("FATAL gpu_median_ms: out of host memory\n");
+    exit(1);
+  }
+  cudaEvent_t e0, e1;
+  CUDA_OK(cudaEventCreate(&e0));
+  CUDA_OK(cudaEventCreate(&e1));
+  int ok = 1;
+  for (int r = 0; r < reps && ok; ++r) {
+    CUDA_OK(cudaEventRecord(e0, 0));
+    ok = gpu_call(fwd, bwd) == SDPA_OK;
+    CUDA_OK(cudaEventRecord(e1, 0));
+    CUDA_OK(cudaEventSynchronize(e1));
+    CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
+  }
+  CUDA_OK(cudaEventDestroy(e0));
+  CUDA_OK(cudaEventDestroy(e1));
+  double med = -1.0;
+  if (ok) {
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+    med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+  }
+  free(ms);
+  return med;
+}
+
 /* max |got - ref| / max |ref| over the finite refs; equal values (inf == inf)
  * count 0, NaN (or the poison) fails. */
 double gpu_rel_error(const sdpa_tensor *got, const double *ref) {
   const int64_t n = test_numel(got);
-  double err = 0.0, m = 0.0;
+  const double m = test_max_abs(ref, n);
+  double err = 0.0;
   for (int64_t e = 0; e < n; ++e) {
-    if (isfinite(ref[e]) && fabs(ref[e]) > m) m = fabs(ref[e]);
     const double x = test_get(got, e);
     const double dx = x == ref[e] ? 0.0 : fabs(x - ref[e]);
     if (!(dx <= err)) err = dx; /* NaN sticks */

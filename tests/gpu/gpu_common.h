@@ -4,8 +4,9 @@
  * host tensor under the harness's conventions (poisoned, any strides) paired
  * with a device allocation of the same span and strides, so a case builds
  * its inputs on the host, uploads, calls sdpa on the device and downloads the
- * outputs for the oracle checks; the device tensors of the benchmarks; and
- * the relative-error measure of the fp32 (tf32) tests.
+ * outputs for the oracle checks; the device tensors of the benchmarks and
+ * their median timing; and the relative-error measure of the fp32 (tf32)
+ * tests.
  */
 #ifndef SDPA_TEST_GPU_COMMON_H
 #define SDPA_TEST_GPU_COMMON_H
@@ -45,6 +46,10 @@ void gpu_bench_free(void *buf[4]);
 /* A forward on them: dense [b, s, h, d] = shape of dtype dt on CUDA, the
  * rest as sdpa_fwd_init leaves it. */
 sdpa_fwd_desc gpu_bench_desc(void *buf[4], sdpa_dtype dt, const int64_t shape[4]);
+/* Median milliseconds (CUDA events on the default stream) of `reps` calls of
+ * sdpa_fwd(fwd) or, with fwd NULL, sdpa_bwd(bwd), after `warmup` untimed
+ * calls; -1 if any call fails (sdpa_last_error() says why). */
+double gpu_median_ms(const sdpa_fwd_desc *fwd, const sdpa_bwd_desc *bwd, int warmup, int reps);
 /* max |got - ref| / max |ref| over the finite refs (the fp32 rows' accuracy
  * measure); equal values (inf == inf) count 0, NaN (or the poison) gives NaN. */
 double gpu_rel_error(const sdpa_tensor *got, const double *ref);

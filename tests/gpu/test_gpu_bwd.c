@@ -35,16 +35,6 @@
 static test_rng rng;
 
 
-static void check_grad(const char *cname, const char *what, const sdpa_tensor *got,
-                       const double *ref, const double *lowp) {
-  char label[200];
-  double m = 0.0;
-  for (int64_t e = 0; e < test_numel(got); ++e)
-    if (isfinite(ref[e]) && fabs(ref[e]) > m) m = fabs(ref[e]);
-  snprintf(label, sizeof label, "%s %s", cname, what);
-  test_check(label, got, ref, lowp, test_atol(got->dtype) * (m > 1.0 ? m : 1.0));
-}
-
 /* One case: oracle, one CUDA run checked; det_runs > 0 adds that many more
  * deterministic runs compared bit for bit with the first. */
 static void run_case(const bcase *c, int det_runs) {
@@ -52,15 +42,8 @@ static void run_case(const bcase *c, int det_runs) {
   printf("-- %s: %s b%lld h%lld/%lld s%lld/%lld d%lld%s\n", c->name, sdpa_dtype_string(c->dt),
          (long long)c->b, (long long)c->h, (long long)c->hk, (long long)c->sq, (long long)c->sk,
          (long long)c->d, c->varlen ? " varlen" : "");
-  if (!bwd_case_build(c, &f, &rng)) {
-    bwd_case_release(&f);
-    return;
-  }
   double *r[2][3];
-  if (!bwd_case_oracle(c, &f, 0, r[0]) || !bwd_case_oracle(c, &f, 1, r[1])) {
-    bwd_case_release(&f);
-    return;
-  }
+  if (!bwd_case_prepare(c, &f, &rng, 1, r)) return;
   f.dev.deterministic = det_runs > 0;
   bwd_case_poison(&f);
   const sdpa_status st = sdpa_bwd(&f.dev);
@@ -68,17 +51,15 @@ static void run_case(const bcase *c, int det_runs) {
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
     dual_download(&f.dq), dual_download(&f.dk), dual_download(&f.dv);
-    check_grad(c->name, "dq", &f.dq.h, r[0][0], r[1][0]);
-    check_grad(c->name, "dk", &f.dk.h, r[0][1], r[1][1]);
-    check_grad(c->name, "dv", &f.dv.h, r[0][2], r[1][2]);
+    test_check_grad(c->name, "dq", &f.dq.h, r[0][0], r[1][0]);
+    test_check_grad(c->name, "dk", &f.dk.h, r[0][1], r[1][1]);
+    test_check_grad(c->name, "dv", &f.dv.h, r[0][2], r[1][2]);
     if (det_runs > 0)
       TEST_EXPECT(bwd_case_rerun_same(c, &f, det_runs),
                   "%s: deterministic = 1: dq / dk / dv differ between %d runs", c->name,
                   det_runs + 1);
   }
-  for (int l = 0; l < 2; ++l)
-    for (int e = 0; e < 3; ++e) free(r[l][e]);
-  bwd_case_release(&f);
+  bwd_case_done(&f, r);
 }
 
 /* sdpa_bwd captured in a CUDA graph with a caller workspace on a non-default
@@ -86,15 +67,8 @@ static void run_case(const bcase *c, int det_runs) {
 static void run_graph(const bcase *c) {
   bbufs f;
   printf("-- %s (CUDA graph, caller workspace)\n", c->name);
-  if (!bwd_case_build(c, &f, &rng)) {
-    bwd_case_release(&f);
-    return;
-  }
   double *r[2][3];
-  if (!bwd_case_oracle(c, &f, 0, r[0]) || !bwd_case_oracle(c, &f, 1, r[1])) {
-    bwd_case_release(&f);
-    return;
-  }
+  if (!bwd_case_prepare(c, &f, &rng, 1, r)) return;
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   f.dev.attn.stream = s;
@@ -118,9 +92,9 @@ static void run_graph(const bcase *c) {
     CUDA_OK(cudaGraphLaunch(exec, s));
     CUDA_OK(cudaStreamSynchronize(s));
     dual_download(&f.dq), dual_download(&f.dk), dual_download(&f.dv);
-    check_grad(c->name, "graph dq", &f.dq.h, r[0][0], r[1][0]);
-    check_grad(c->name, "graph dk", &f.dk.h, r[0][1], r[1][1]);
-    check_grad(c->name, "graph dv", &f.dv.h, r[0][2], r[1][2]);
+    test_check_grad(c->name, "graph dq", &f.dq.h, r[0][0], r[1][0]);
+    test_check_grad(c->name, "graph dk", &f.dk.h, r[0][1], r[1][1]);
+    test_check_grad(c->name, "graph dv", &f.dv.h, r[0][2], r[1][2]);
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(graph));
   }
@@ -130,9 +104,7 @@ static void run_graph(const bcase *c) {
   TEST_EXPECT_ERROR(sdpa_bwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size");
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaStreamDestroy(s));
-  for (int l = 0; l < 2; ++l)
-    for (int e = 0; e < 3; ++e) free(r[l][e]);
-  bwd_case_release(&f);
+  bwd_case_done(&f, r);
 }
 
 /* Contiguous d = 3: rows of 6 bytes. Every sm80 row refuses them as unaligned
@@ -156,11 +128,6 @@ static void run_refusal(void) {
 }
 
 /* ---- timing ------------------------------------------------------------------------- */
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void bench(void) {
   const int64_t ds[3] = {64, 128, 256};
   printf("bwd timing (bf16, b*s = 16k, h*d = 2048, median of 20; TFLOP/s = 2.5 x fwd FLOPs)\n");
@@ -192,7 +159,7 @@ static void bench(void) {
       CUDA_OK(cudaMalloc(&bias, bias_bytes));
       CUDA_OK(cudaMalloc(&dbias, bias_bytes));
       CUDA_OK(cudaMemset(bias, 0, bias_bytes));
-      float med[4];
+      double med[4];
       for (int det = 0; det < 4; ++det) { /* 2: dropout p = 0.1; 2, 3 not deterministic */
         bd.deterministic = det == 1;
         bd.attn.dropout_p = det == 2 ? 0.1f : 0.f;
@@ -200,25 +167,11 @@ static void bench(void) {
           bd.attn.bias = sdpa_tensor_contiguous(bias, SDPA_DTYPE_BF16, 4, bsh);
           bd.dbias = sdpa_tensor_contiguous(dbias, SDPA_DTYPE_BF16, 4, bsh);
         }
-        cudaEvent_t e0, e1;
-        CUDA_OK(cudaEventCreate(&e0));
-        CUDA_OK(cudaEventCreate(&e1));
-        float ms[20];
-        for (int it = -3; it < 20; ++it) {
-          CUDA_OK(cudaEventRecord(e0, 0));
-          sdpa_status st = sdpa_bwd(&bd);
-          CUDA_OK(cudaEventRecord(e1, 0));
-          CUDA_OK(cudaEventSynchronize(e1));
-          if (st != SDPA_OK) {
-            printf("sdpa_bwd failed: %s\n", sdpa_last_error());
-            exit(1);
-          }
-          if (it >= 0) CUDA_OK(cudaEventElapsedTime(&ms[it], e0, e1));
+        med[det] = gpu_median_ms(NULL, &bd, 3, 20);
+        if (med[det] < 0) {
+          printf("sdpa_bwd failed: %s\n", sdpa_last_error());
+          exit(1);
         }
-        qsort(ms, 20, sizeof ms[0], cmp_float);
-        med[det] = ms[10];
-        CUDA_OK(cudaEventDestroy(e0));
-        CUDA_OK(cudaEventDestroy(e1));
       }
       printf("%5lld %6lld %4lld %4lld %7d %7.3f ms %4.0f %7.3f ms %4.0f %7.3f ms %4.0f %7.3f ms %4.0f\n",
              (long long)d, (long long)s, (long long)h, (long long)b, causal, med[0],

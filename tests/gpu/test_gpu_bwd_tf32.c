@@ -91,11 +91,8 @@ static void run(const bcase *c, int det_runs, const char *refuse) {
          c->causal ? (c->top_left ? " causal-tl" : " causal-br") : "", c->varlen ? " varlen" : "",
          det_runs ? " deterministic" : "", refuse ? " (refused)" : "");
   bbufs f;
-  double *r[3];
-  if (!bwd_case_build(c, &f, &rng) || !bwd_case_oracle(c, &f, 0, r)) {
-    bwd_case_release(&f);
-    return;
-  }
+  double *r[2][3];
+  if (!bwd_case_prepare(c, &f, &rng, 0, r)) return;
   f.dev.deterministic = det_runs > 0;
   check_dispatch(c, &f, refuse);
   bwd_case_poison(&f);
@@ -108,7 +105,7 @@ static void run(const bcase *c, int det_runs, const char *refuse) {
     const double tol = refuse ? REL_TOL_FALLBACK : REL_TOL;
     for (int n = 0; n < 3; ++n) {
       dual_download(g[n]);
-      const double rel = gpu_rel_error(&g[n]->h, r[n]);
+      const double rel = gpu_rel_error(&g[n]->h, r[0][n]);
       if (TEST_EXPECT(rel <= tol, "%s %s: relative error %.3g > %g", c->name, names[n], rel, tol))
         printf("ok   %s %s: relative error %.3g\n", c->name, names[n], rel);
       if (!refuse && !(rel <= worst[n])) worst[n] = rel;
@@ -118,8 +115,7 @@ static void run(const bcase *c, int det_runs, const char *refuse) {
                   "%s: deterministic = 1: dq / dk / dv differ between %d runs", c->name,
                   det_runs + 1);
   }
-  for (int n = 0; n < 3; ++n) free(r[n]);
-  bwd_case_release(&f);
+  bwd_case_done(&f, r);
 }
 
 /* ---- the matrix --------------------------------------------------------------------- */
@@ -197,31 +193,6 @@ static void full(void) {
 
 /* ---- timing -------------------------------------------------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Median milliseconds of 10 calls after 2 warm-ups; -1 on failure. */
-static double time_bwd(const sdpa_bwd_desc *desc) {
-  cudaEvent_t e0, e1;
-  float ms[10];
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  for (int it = -2; it < 10; ++it) {
-    CUDA_OK(cudaEventRecord(e0, 0));
-    const sdpa_status st = sdpa_bwd(desc);
-    CUDA_OK(cudaEventRecord(e1, 0));
-    CUDA_OK(cudaEventSynchronize(e1));
-    if (st != SDPA_OK) return -1.0;
-    if (it >= 0) CUDA_OK(cudaEventElapsedTime(&ms[it], e0, e1));
-  }
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
-  qsort(ms, 10, sizeof ms[0], cmp_float);
-  return 0.5 * (ms[4] + ms[5]);
-}
-
 static void bench(void) {
   const size_t n = (size_t)16384 * 2048; /* elements of each [b, s, h, d] tensor */
   float *host = malloc(n * sizeof(float));
@@ -249,7 +220,7 @@ static void bench(void) {
         double ms[2];
         for (int det = 0; det < 2; ++det) {
           bd.deterministic = det;
-          ms[det] = time_bwd(&bd);
+          ms[det] = gpu_median_ms(NULL, &bd, 2, 10);
           if (ms[det] < 0) printf("FAIL bench d%lld s%lld: %s\n", (long long)d, (long long)s, sdpa_last_error());
         }
         printf("%4lld %5lld %3lld %3lld %6d %-16s %9.3f %7.1f %9.3f %7.1f\n", (long long)d,

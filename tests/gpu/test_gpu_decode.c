@@ -236,13 +236,6 @@ static void release(dbufs *f) {
   }
 }
 
-static double lse_atol(const double *lse, int64_t n) {
-  double mx = 1.0;
-  for (int64_t e = 0; e < n; ++e)
-    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
-  return 2e-6 * mx + 1e-5;
-}
-
 static void print_case(const dcase *c, const char *tag) {
   printf("-- %s%s: %s b%lld h%lld/%lld s_q%lld s_new%lld d%lld cache %lld page %lld rotary %d "
          "causal %d window (%lld,%lld) softcap %g alibi %d splits %d%s\n",
@@ -324,7 +317,7 @@ static void run_case_mode(const dcase *c, int graph) {
     snprintf(what, sizeof what, "%s out", c->name);
     test_check(what, &f.h[T_OUT], ro, lo, test_atol(c->dtype));
     snprintf(what, sizeof what, "%s lse", c->name);
-    test_check(what, &f.h[T_LSE], rl, ll, lse_atol(rl, n_lse));
+    test_check(what, &f.h[T_LSE], rl, ll, test_lse_atol(rl, n_lse));
 
     /* the CPU backend on the host copies (it appends into them in place):
      * outputs within twice the oracle bound, caches equal bit for bit */
@@ -376,7 +369,7 @@ static void run_case_mode(const dcase *c, int graph) {
         snprintf(what, sizeof what, "%s splits=%d vs 1 out", c->name, s);
         bad |= !test_check(what, &o1, b1, NULL, test_atol(c->dtype));
         snprintf(what, sizeof what, "%s splits=%d vs 1 lse", c->name, s);
-        bad |= !test_check(what, &l1, bl, NULL, lse_atol(bl, n_lse));
+        bad |= !test_check(what, &l1, bl, NULL, test_lse_atol(bl, n_lse));
       }
       f.dev.num_splits = c->splits;
       free(b1);

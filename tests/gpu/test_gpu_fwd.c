@@ -203,13 +203,6 @@ static void release(gbufs *f) {
   for (int k = 0; k < 11; ++k) dual_free(all[k]);
 }
 
-static double lse_atol(const double *lse, int64_t n) {
-  double mx = 1.0;
-  for (int64_t e = 0; e < n; ++e)
-    if (isfinite(lse[e]) && fabs(lse[e]) > mx) mx = fabs(lse[e]);
-  return 2e-6 * mx + 1e-5;
-}
-
 /* Copies the device results back and checks them against the oracle (and
  * the CPU backend on the same inputs when asked). */
 static void check_results(const gcase *c, gbufs *f) {
@@ -231,7 +224,7 @@ static void check_results(const gcase *c, gbufs *f) {
   snprintf(what, sizeof what, "%s out", c->name);
   test_check(what, &f->out.h, ro, lo, test_atol(c->dtype));
   snprintf(what, sizeof what, "%s lse", c->name);
-  test_check(what, &f->lse.h, rl, ll, lse_atol(rl, n_lse));
+  test_check(what, &f->lse.h, rl, ll, test_lse_atol(rl, n_lse));
   if (n_p) {
     snprintf(what, sizeof what, "%s probs", c->name);
     test_check(what, &f->probs.h, rp, NULL, 5e-5);
@@ -381,11 +374,6 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
 
 /* ---- timing ---------------------------------------------------------------------------- */
 
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void bench(void) {
   const int64_t ds[3] = {64, 128, 256}, ss[3] = {1024, 4096, 16384};
   const size_t n = (size_t)16384 * 2048; /* elements of q, k, v, out: 64 MB each, > L2 */
@@ -400,9 +388,6 @@ static void bench(void) {
   void *dev[4]; /* q, k, v, out */
   gpu_bench_alloc(host, n, 2, dev);
   free(host);
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
   printf("%-5s %-6s %-5s %-4s %-6s %-6s %-10s %s\n", "b", "s", "h", "d", "causal", "dtype", "ms",
          "TFLOP/s");
   for (int di = 0; di < 3; ++di)
@@ -412,29 +397,16 @@ static void bench(void) {
         int64_t shape[4] = {b, s, h, d};
         sdpa_fwd_desc desc = gpu_bench_desc(dev, SDPA_DTYPE_BF16, shape);
         desc.attn.causal = causal;
-        int ok = 1;
-        for (int w = 0; w < 5 && ok; ++w) ok = sdpa_fwd(&desc) == SDPA_OK;
-        if (!ok) {
+        const double med = gpu_median_ms(&desc, NULL, 5, 20);
+        if (med < 0) {
           printf("FAIL bench d%lld s%lld: %s\n", (long long)d, (long long)s, sdpa_last_error());
           continue;
         }
-        float ms[20];
-        for (int r = 0; r < 20; ++r) {
-          CUDA_OK(cudaEventRecord(e0, 0));
-          sdpa_fwd(&desc);
-          CUDA_OK(cudaEventRecord(e1, 0));
-          CUDA_OK(cudaEventSynchronize(e1));
-          CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-        }
-        qsort(ms, 20, sizeof ms[0], cmp_float);
-        double med = 0.5 * (ms[9] + ms[10]);
         double flops = 4.0 * (double)b * h * s * s * d * (causal ? 0.5 : 1.0);
         printf("%-5lld %-6lld %-5lld %-4lld %-6d %-6s %-10.4f %.1f\n", (long long)b, (long long)s,
                (long long)h, (long long)d, causal, "bf16", med, flops / (med * 1e-3) / 1e12);
       }
   CUDA_OK(cudaGetLastError());
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
   gpu_bench_free(dev);
 }
 

@@ -282,37 +282,21 @@ static void init_attn(prob *f, const char *kernel) {
 
 /* ---- checks ---------------------------------------------------------------------------- */
 
-static double max_abs(const double *x, int64_t n) {
-  double m = 0.0;
-  for (int64_t e = 0; e < n; ++e)
-    if (isfinite(x[e]) && fabs(x[e]) > m) m = fabs(x[e]);
-  return m;
-}
-
-/* f32: max |got - ref| / max |ref| over finite refs (equal infinities count 0). */
-static void check_rel(const char *cname, const char *what, const sdpa_tensor *got,
-                      const double *ref) {
-  const int64_t n = test_numel(got);
-  double err = 0.0, m = max_abs(ref, n);
-  for (int64_t e = 0; e < n; ++e) {
-    const double x = test_get(got, e);
-    const double d = x == ref[e] ? 0.0 : fabs(x - ref[e]);
-    if (!(d <= err)) err = d; /* NaN sticks */
-  }
-  const double rel = m > 0.0 ? err / m : err;
-  if (TEST_EXPECT(rel <= 1e-5, "%s %s: f32 relative error %.3g > 1e-5", cname, what, rel))
-    printf("ok   %s %s: f32 relative error %.3g <= 1e-5\n", cname, what, rel);
-}
-
 /* The harness rule (grad: atol scaled by max(1, max |ref|)); for f32 inputs
- * also the relative bound. */
+ * also the relative bound, max |got - ref| / max |ref| <= 1e-5. */
 static void check_out(const scase *c, const char *what, const sdpa_tensor *got, const double *ref,
                       const double *lowp, int grad) {
-  char label[200];
-  snprintf(label, sizeof label, "%s %s", c->name, what);
-  const double m = grad ? max_abs(ref, test_numel(got)) : 1.0;
-  test_check(label, got, ref, lowp, test_atol(got->dtype) * (m > 1.0 ? m : 1.0));
-  if (c->dt == SDPA_DTYPE_F32) check_rel(c->name, what, got, ref);
+  if (grad) {
+    test_check_grad(c->name, what, got, ref, lowp);
+  } else {
+    char label[200];
+    snprintf(label, sizeof label, "%s %s", c->name, what);
+    test_check(label, got, ref, lowp, test_atol(got->dtype));
+  }
+  if (c->dt != SDPA_DTYPE_F32) return;
+  const double rel = gpu_rel_error(got, ref);
+  if (TEST_EXPECT(rel <= 1e-5, "%s %s: f32 relative error %.3g > 1e-5", c->name, what, rel))
+    printf("ok   %s %s: f32 relative error %.3g <= 1e-5\n", c->name, what, rel);
 }
 
 static double *dalloc(int64_t n) {

@@ -352,31 +352,6 @@ static void full(void) {
 
 /* ---- timing ------------------------------------------------------------------------ */
 
-static int cmp_float(const void *a, const void *b) {
-  const float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Median milliseconds of reps calls (after one warm-up), or -1 on failure. */
-static double time_fwd(const sdpa_fwd_desc *desc, int reps) {
-  cudaEvent_t e0, e1;
-  float ms[16];
-  if (sdpa_fwd(desc) != SDPA_OK) return -1.0;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  for (int r = 0; r < reps; ++r) {
-    CUDA_OK(cudaEventRecord(e0, 0));
-    sdpa_fwd(desc);
-    CUDA_OK(cudaEventRecord(e1, 0));
-    CUDA_OK(cudaEventSynchronize(e1));
-    CUDA_OK(cudaEventElapsedTime(&ms[r], e0, e1));
-  }
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
-  qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
-  return reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
-}
-
 static void bench(int nd, const int64_t *ds) {
   const int64_t b = 4, h = 16, s = 4096;
   int64_t dmax = 0;
@@ -399,7 +374,7 @@ static void bench(int nd, const int64_t *ds) {
         char buf[4096], name[64] = "?";
         if (sdpa_explain_fwd(&desc, buf, sizeof buf) == SDPA_OK)
           sscanf(buf, "selected: %63s", name);
-        const double ms = time_fwd(&desc, forced ? 3 : 15);
+        const double ms = gpu_median_ms(&desc, NULL, 1, forced ? 3 : 15);
         if (ms < 0) {
           printf("FAIL bench d%lld %s: %s\n", (long long)d, name, sdpa_last_error());
           continue;
