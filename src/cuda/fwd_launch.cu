@@ -4,7 +4,8 @@
  * a problem (query blocks x heads x batch, checked against CUDA's limits),
  * the kernel parameters the host folds from it (sdpa_fwd_sm80_params:
  * exp2-domain multipliers, softcap, dropout scale, feature flags), and the
- * launch (shared-memory opt-in, cudaLaunchKernel, its error).
+ * launch (shared-memory opt-in, cudaLaunchKernel, its error; also the Hopper
+ * forward's, whose parameters add tensor maps).
  */
 #include <string.h>
 
@@ -41,15 +42,21 @@ extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const
   return SDPA_OK;
 }
 
-extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
-                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
-                                       const char *name) {
+extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *params, void *stream,
+                                           dim3 grid, int threads, int smem,
+                                           unsigned char *smem_set, const char *name) {
   SDPA_TRY(sdpa_cuda_opt_in_smem(kernel, smem, smem_set, name));
-  void *args[1] = {(void *)prm};
+  void *args[1] = {(void *)params};
   cudaError_t e = cudaLaunchKernel(kernel, grid, dim3((unsigned)threads), args, (size_t)smem,
-                                   (cudaStream_t)prm->p.stream);
+                                   (cudaStream_t)stream);
   if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", name, cudaGetErrorString(e));
   return SDPA_OK;
+}
+
+extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
+                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
+                                       const char *name) {
+  return sdpa_kernel_launch1(kernel, prm, prm->p.stream, grid, threads, smem, smem_set, name);
 }

@@ -37,6 +37,12 @@ typedef struct sdpa_fwd_sm80_params {
 extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
                                             sdpa_fwd_sm80_params *prm, dim3 *grid);
 
+/* Launches kernel(*params), a kernel of one by-value parameter, on `stream`
+ * with `smem` bytes of dynamic shared memory (the limit raised as below). */
+extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *params, void *stream,
+                                           dim3 grid, int threads, int smem,
+                                           unsigned char *smem_set, const char *name);
+
 /* Launches kernel(*prm) on prm->p.stream with `smem` bytes of dynamic shared
  * memory (raising the kernel's limit once per device: smem_set[SDPA_MAX_DEVICES], the
  * caller's flags); SDPA_ERR_CUDA naming `name` when the launch fails. */

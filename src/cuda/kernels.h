@@ -22,6 +22,11 @@
    SDPA_FEAT_DROPOUT | SDPA_FEAT_PROBS | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED |            \
    SDPA_FEAT_BIAS)
 
+/* What the Hopper forward rows support (src/cuda/fwd_sm90_body.cuh; the
+ * rest go to the sm80 rows after them). */
+#define SDPA_FWD_SM90_FEATURES                                                           \
+  (SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA)
+
 /* What every sm80 backward row supports (added by "cudabwd"; the rest:
  * d_v != d, unaligned rows, a dbias summed over a broadcast dim, are
  * refused). A bias of any strides and a full dbias run in the row's bias
@@ -64,6 +69,8 @@ extern "C" {
 
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps) \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);
+#define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps) \
+  sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);
 #define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)               \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
@@ -84,6 +91,7 @@ extern "C" {
 #include "kernels.def"
 #endif
 #undef SDPA_FWD_KERNEL
+#undef SDPA_SM90_KERNEL
 #undef SDPA_BWD_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL

@@ -18,6 +18,15 @@
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
+/* Hopper forward rows: sm_90 only (wgmma is sm_90a's), and only in a build
+ * that compiled them */
+#ifdef SDPA_HAVE_SM90A
+#define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                         \
+  {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 90, 90, SDPA_DT_##dtype##_, hdim, hdim_min, bm, bn,  \
+   SDPA_FWD_SM90_FEATURES, name##_run, NULL, 0},
+#else
+#define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
+#endif
 /* backward rows (added by "cudabwd"; fp32 on tensor cores by "tf32-bwd"): run and
  * workspace functions */
 #define SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, features)                         \
@@ -45,6 +54,7 @@
 #include "kernels.def"
 #endif
 #undef SDPA_FWD_KERNEL
+#undef SDPA_SM90_KERNEL
 #undef SDPA_BWD_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL

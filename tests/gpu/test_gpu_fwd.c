@@ -8,7 +8,9 @@
  * varlen with an empty sequence and seqused_k, dropout with
  * the probs sign pattern checked bit for bit against ref_dropped, padded
  * strides, fully masked rows, what the CUDA rows refuse (d != d_v, rows not
- * 16-byte aligned), and one CUDA-graph capture on a non-default stream.
+ * 16-byte aligned), the Hopper rows (fwd_sm90_*, selected on sm_90: every
+ * bucket, GQA, masks, modifiers, padded strides, a graph), and one CUDA-graph
+ * capture on a non-default stream.
  *
  *   test_gpu_fwd            the whole matrix
  *   test_gpu_fwd --small    one small problem per kernel instance (fast and
@@ -372,6 +374,23 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
   release(&f);
 }
 
+/* The Hopper rows (fwd_sm90_*): on an sm_90 device with a build that has
+ * them (explain lists them), a dense problem of their buckets without bias,
+ * dropout or probs must select one; then the usual checks. */
+static void run_sm90(const gcase *c) {
+  gbufs f;
+  build(c, &f);
+  char buf[8192];
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  sdpa_status ex = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
+  if (major == 9 && strstr(buf, "fwd_sm90_") != NULL)
+    TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm90", 18) == 0,
+                "%s: should select an fwd_sm90 row:\n%s", c->name, buf);
+  release(&f);
+  run_case(c);
+}
+
 /* ---- timing ---------------------------------------------------------------------------- */
 
 static void bench(void) {
@@ -443,6 +462,15 @@ int main(int argc, char **argv) {
       c.wl = 20;
       c.wr = 3;
       run_case(&c);
+    }
+    /* the Hopper rows (one instance per bucket and dtype): causal, GQA, off
+     * the tile grid, d below the bucket */
+    for (int k = 0; k < 6; ++k) {
+      const int64_t d9[3] = {40, 128, 232};
+      c = base_case("small sm90", dts[k / 3], 1, 4, 2, 130, 200, d9[k % 3]);
+      c.causal = 1;
+      c.compare_cpu = 0;
+      run_sm90(&c);
     }
     /* bias: the fast kernels' shared tile and the full kernels' global loads
      * (rows not 16-byte aligned, s_k % 8 != 0), -inf entries and rows */
@@ -673,6 +701,40 @@ int main(int argc, char **argv) {
   c.pad = 16;
   c.varlen = 1;
   run_case(&c);
+
+  /* the Hopper rows (wgmma + tensor copies): every bucket and dtype with d
+   * at and below the bucket, lengths off the 64 / 128-row tiles, GQA 8:1 and
+   * MQA, both causal alignments, windows, alibi, softcap, empty rows */
+  {
+    const int64_t d9[6] = {64, 40, 128, 100, 256, 232};
+    for (int k = 0; k < 12; ++k) {
+      c = base_case("sm90", dts[k / 6], 2, 8, k % 3 == 0 ? 1 : 8 >> (k % 3), 65 + 37 * k,
+                    129 + 61 * k, d9[k % 6]);
+      c.causal = k % 4 == 1;
+      c.top_left = k % 8 == 5;
+      run_sm90(&c);
+    }
+    c = base_case("sm90 long causal", SDPA_DTYPE_BF16, 1, 4, 2, 1100, 1300, 128);
+    c.causal = 1;
+    run_sm90(&c);
+    c = base_case("sm90 s_q > s_k causal (empty rows)", SDPA_DTYPE_F16, 2, 2, 1, 300, 100, 64);
+    c.causal = 1;
+    run_sm90(&c);
+    c = base_case("sm90 window (100, 20)", SDPA_DTYPE_BF16, 1, 4, 4, 400, 500, 256);
+    c.wl = 100;
+    c.wr = 20;
+    run_sm90(&c);
+    c = base_case("sm90 softcap + alibi [b,h]", SDPA_DTYPE_F16, 2, 4, 2, 200, 333, 128);
+    c.softcap = 4.0f;
+    c.alibi = 2;
+    c.causal = 1;
+    run_sm90(&c);
+    c = base_case("sm90 padded", SDPA_DTYPE_BF16, 2, 4, 2, 150, 270, 64);
+    c.pad = 24;
+    run_sm90(&c);
+    c = base_case("sm90 graph", SDPA_DTYPE_BF16, 2, 4, 1, 300, 500, 128);
+    run_graph(&c);
+  }
 
   /* what the sm80 rows decline */
   c = base_case("d != d_v", SDPA_DTYPE_F16, 1, 2, 2, 10, 10, 64);

@@ -1,0 +1,60 @@
+/*
+ * fwd_sm90_launch.cu - the host half of the Hopper forward
+ * (fwd_sm90_body.cuh): the tensor maps of q, k, v and out for the copy
+ * engine, made by the driver's cuTensorMapEncodeTiled (looked up once
+ * through the runtime, so the library links no libcuda).
+ */
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "fwd_sm90_common.cuh"
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* The driver's encoder, or NULL (a driver older than CUDA 12). Looked up on
+ * the first call; a racing second lookup stores the same pointer. */
+static encode_tiled_fn encoder(void) {
+  static encode_tiled_fn fn;
+  static int looked;
+  if (!looked) {
+    void *f = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      fn = (encode_tiled_fn)f;
+    looked = 1;
+  }
+  return fn;
+}
+
+/* Map of a [b, s, h, d] tensor (strides st in elements) as dims {d, s, h, b},
+ * boxes of 64 columns x `rows` rows, 128-byte swizzle, zeros outside. */
+static int make_map(encode_tiled_fn enc, CUtensorMap *m, const void *base, sdpa_dtype dt,
+                    int64_t d, int64_t s, int64_t h, int64_t b, sdpa_bshd st, int rows) {
+  const cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)s, (cuuint64_t)h, (cuuint64_t)b};
+  const cuuint64_t strides[3] = {(cuuint64_t)st.ss * 2, (cuuint64_t)st.sh * 2,
+                                 (cuuint64_t)st.sb * 2};
+  const cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  if (st.ss <= 0 || st.sh < 0 || st.sb < 0) return 0;
+  const CUtensorMapDataType t = dt == SDPA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return enc(m, t, 4, (void *)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm) {
+  encode_tiled_fn enc = encoder();
+  if (!enc || p->layout != SDPA_LAYOUT_DENSE) return 0;
+  return make_map(enc, &prm->tq, p->q, p->dtype, p->d, p->s_q, p->h, p->b, p->q_st, 64) &&
+         make_map(enc, &prm->tk, p->k, p->dtype, p->d, p->s_k, p->h_k, p->b, p->k_st, bn) &&
+         make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->s_k, p->h_k, p->b, p->v_st, bn) &&
+         make_map(enc, &prm->to, p->out, p->dtype, p->d_v, p->s_q, p->h, p->b, p->o_st, 64);
+}

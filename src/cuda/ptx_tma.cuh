@@ -1,0 +1,101 @@
+/*
+ * ptx_tma.cuh - Hopper's tensor-memory copies and the barriers around them
+ * (sm_90): shared-memory mbarriers (init, arrive, arrive with an expected
+ * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
+ * complete on an mbarrier and stores from shared memory, the proxy fence
+ * that makes ordinary shared stores visible to the copy engine and the
+ * tensor cores, named barriers for one warpgroup, and setmaxnreg.
+ *
+ * Contract: a tensor map (CUtensorMap, 64-byte aligned) lives in a
+ * __grid_constant__ kernel parameter and is passed by its address. A phase of
+ * an mbarrier completes when its pending arrivals reach zero and its expected
+ * bytes have landed; waiting on parity ph returns once the phase with that
+ * parity has completed (a fresh barrier is in phase 0, so waiting on parity
+ * 1 returns at once: the producer's first pass over empty slots).
+ */
+#ifndef SDPA_PTX_TMA_CUH
+#define SDPA_PTX_TMA_CUH
+
+#include <stdint.h>
+
+#include <cuda.h>
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* After the inits, before the barrier that publishes them: visible to the
+ * copy engine too. */
+__device__ __forceinline__ void mbar_init_fence(void) {
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+/* One arrival that also expects `bytes` more bytes of copies this phase. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+/* Box of the 4-d map at coordinates (c0 innermost .. c3) into shared dst,
+ * completing `bar`'s expected bytes. Elements outside the tensor read as 0. */
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+/* Shared src to the box at (c0 .. c3); elements outside the tensor are not
+ * written. Completion: tma_store_commit, then tma_store_wait_read before src
+ * is reused or the block exits. */
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
+               " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"((uint64_t)(uintptr_t)map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit(void) {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void tma_store_wait_read(void) {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+/* Ordinary shared stores of this thread become visible to the async proxy
+ * (the copy engine, wgmma) once a barrier follows. */
+__device__ __forceinline__ void fence_proxy_async(void) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Barrier `id` (1..15; 0 is __syncthreads) over `count` threads. */
+__device__ __forceinline__ void named_barrier(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* The warpgroup's per-thread register budget (a multiple of 8 in [24, 256]);
+ * effective only when the kernel has a register cap at entry. */
+#define SDPA_SETMAXNREG_DEC(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 " #n ";\n" ::: "memory")
+#define SDPA_SETMAXNREG_INC(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 " #n ";\n" ::: "memory")
+
+#endif /* SDPA_PTX_TMA_CUH */
