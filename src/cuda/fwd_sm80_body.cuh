@@ -146,6 +146,7 @@ static_assert(BN % 16 == 0 && BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
 static_assert(CPR % 4 == 0, "swizzle needs chunk groups of 4 or 8 (head-dim bucket % 32 == 0)");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
+#include "fwd_dropout.cuh" /* reads MT, PS */
 
 /* Physical chunk of logical chunk c in shared row r (conflict-free ldmatrix:
  * eight consecutive rows at one logical chunk hit eight distinct bank groups). */
@@ -279,56 +280,6 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
   if (bias && prm->has_bias)
     add_bias(s, &prm->p, &kb->rw, n0, t, sb, bias_scales ? prm->score_mul : 1.f);
   scores_post(s, prm, kb, n0, t, mask);
-}
-
-/* Dropout bits of the tile at key n0. In the m16n8 layout the four lanes of
- * a quad share a row and an 8-key block: for n8 tiles (2 ps, 2 ps + 1) of
- * m16 tile mt the quad needs four Philox calls, rows (r, r + 8) x the two
- * blocks, and lane t needs fields 2t, 2t + 1 of each. So lane t evaluates
- * call c = t only (hf = c >> 1, n8 tile 2 ps + (c & 1)) as eight drop bits,
- * the quad gathers the four bytes by two shuffles, and lane t keeps bits
- * 2t, 2t + 1 of each: one call a lane instead of four (2026-11-21: the
- * four-fold redundant form ran at 0.22x-0.39x of the p = 0 speed). Bit
- * 8c + 2 (ps & 3) + e of dm[mt][ps / 4] drops key 2t + e of call c. The
- * calls depend on no score, so the main loop makes a tile's before its
- * Q K^T, where the integer work can issue beside the tensor cores (the
- * probs pass after it: registers). */
-enum { DW = (PS + 3) / 4 }; /* drop-bit words per m16 tile */
-
-__device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
-                                          const fwd_rows *rw, uint32_t bh, int n0, int t) {
-  const uint32_t thr = p->drop_threshold;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int ps = 0; ps < PS; ++ps) {
-      const sdpa_u32x4 r =
-          sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t >> 1),
-                            (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
-      uint32_t own = 0; /* bit f: key f of the block dropped */
-#pragma unroll
-      for (int f = 0; f < 8; ++f)
-        own |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) < thr) << f;
-      uint32_t all = own << (8 * t); /* byte c: call c */
-      all |= __shfl_xor_sync(0xffffffffu, all, 1);
-      all |= __shfl_xor_sync(0xffffffffu, all, 2);
-      const uint32_t mine = ((all >> (2 * t)) & 0x03030303u) << (2 * (ps & 3));
-      dm[mt][ps >> 2] = (ps & 3) ? dm[mt][ps >> 2] | mine : mine;
-    }
-}
-
-/* Zeroes (negate: flips the sign of, the probs pass's marking) the dropped
- * elements of n8 tiles (2 ps, 2 ps + 1) of m16 tile mt: a select on P. */
-__device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,
-                                           int ps, int negate) {
-#pragma unroll
-  for (int c = 0; c < 4; ++c)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float *x = &s[mt][2 * ps + (c & 1)][2 * (c >> 1) + e];
-      const int dropped = (dm[mt][ps >> 2] >> (8 * c + 2 * (ps & 3) + e)) & 1u;
-      *x = dropped ? (negate ? -*x : 0.f) : *x;
-    }
 }
 
 /* The kernel body; drop (a literal at each call) compiles dropout in or out,

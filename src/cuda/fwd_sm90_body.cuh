@@ -25,13 +25,16 @@
  * warp), P packed to 16 bits in registers as the A operand of O += P V
  * (wgmma, V read N-major). The two consumer warpgroups run unsynchronized, so
  * one's softmax overlaps the other's tensor-core work. The output goes
- * through the warpgroup's Q rows in shared memory to a tensor store.
+ * through the warpgroup's Q rows in shared memory to 16-byte stores.
  * setmaxnreg moves registers from the producer (24) to the consumers (240).
  *
- * Supported (SDPA_FWD_SM90_FEATURES): the dense layout; causal / window,
- * alibi, softcap, GQA / MQA, lse. Everything else (varlen and seqused_k,
- * whose key tiles past a sequence's end the copy engine cannot zero; bias,
- * dropout, probs) takes the mma.sync rows after this one in the registry.
+ * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
+ * window, alibi, softcap, GQA / MQA, dropout (a second kernel,
+ * fwd_dropout.cuh's bits), lse. Bias and probs take the mma.sync rows after
+ * this one in the registry. The copy engine zero-fills rows past a dense
+ * tensor's s; where it reads rows that are not the sequence's (varlen,
+ * seqused_k), the V tile's tail is zeroed in shared memory (zero_v_tail);
+ * K's is masked to -inf anyway.
  * Key rows past s_k and columns past d read as zeros; masked keys are -inf.
  */
 #include <math.h>
@@ -57,6 +60,7 @@
 #define SDPA_DT_IS_BF16_BF16 1
 #define SDPA_DT_IS_BF16_F16 0
 #define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
+#define SDPA_KERNEL_DROP SDPA_PASTE(SDPA_KERNEL_NAME, _drop_kernel)
 #define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
 
 #if SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE)
@@ -97,6 +101,7 @@ static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
+#include "fwd_dropout.cuh" /* reads MT, PS */
 
 /* mbarriers: Q; K full, V full, K empty, V empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
@@ -109,7 +114,12 @@ __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return ba
  * stage once the consumers have freed it. */
 __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
                                         uint32_t base, uint32_t bars) {
-  const int b = kb->b, hh = kb->hh, hk = kb->hk, m0 = kb->m0;
+  /* varlen maps are [total, h, d] with batch 1: rows start at the sequence's */
+  const sdpa_problem *p = &prm9->base.p;
+  const int varlen = p->layout == SDPA_LAYOUT_VARLEN;
+  const int b = varlen ? 0 : kb->b, hh = kb->hh, hk = kb->hk;
+  const int m0 = kb->m0 + (varlen ? p->cu_q[kb->b] : 0);
+  const int k0 = varlen ? p->cu_k[kb->b] : 0;
   mbar_expect_tx(bar_q(bars), TILE_Q);
 #pragma unroll
   for (int cb = 0; cb < NCB; ++cb)
@@ -124,26 +134,48 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
     mbar_expect_tx(bar_kfull(bars, s), TILE_KV);
 #pragma unroll
     for (int cb = 0; cb < NCB; ++cb)
-      tma_load_4d(base + OFF_K + s * TILE_KV + cb * BN * ROWB, &prm9->tk, cb * 64, n * BN, hk, b,
+      tma_load_4d(base + OFF_K + s * TILE_KV + cb * BN * ROWB, &prm9->tk, cb * 64, k0 + n * BN, hk, b,
                   bar_kfull(bars, s));
     mbar_wait(bar_vempty(bars, s), ph ^ 1u);
     mbar_expect_tx(bar_vfull(bars, s), TILE_KV);
 #pragma unroll
     for (int cb = 0; cb < NCB; ++cb)
-      tma_load_4d(base + OFF_V + s * TILE_KV + cb * BN * ROWB, &prm9->tv, cb * 64, n * BN, hk, b,
+      tma_load_4d(base + OFF_V + s * TILE_KV + cb * BN * ROWB, &prm9->tv, cb * 64, k0 + n * BN, hk, b,
                   bar_vfull(bars, s));
   }
 }
 
+/* Zeroes key rows [valid, BN) of the V tile at sv, whose copy read rows that
+ * are not this sequence's (P is 0 there, but 0 * NaN is not), by every
+ * consumer thread, then orders the stores before any warpgroup's wgmma
+ * reads the tile: only on a sequence's last tile of the varlen / seqused_k
+ * layouts, the same tile for every consumer. */
+__device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
+  for (int idx = ctid; idx < NCB * BN * 8; idx += 128 * NWG) {
+    const int r = idx / 8 % BN;
+    if (r >= valid)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sv + idx * 16), "r"(0)
+                   : "memory");
+  }
+  fence_proxy_async();
+  named_barrier(1 + NWG, 128 * NWG);
+}
+
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
- * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). */
+ * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
+ * literal) compiles dropout in: each tile's Philox calls run while its
+ * Q K^T is in flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
-                                        uint32_t base, uint32_t bars, int cw, int ctid) {
+                                        uint32_t base, uint32_t bars, int cw, int ctid,
+                                        int drop) {
   const sdpa_fwd_sm80_params *prm = &prm9->base;
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
   fwd_block_rows(kb, prm, BM, BN, 16, warp, g);
   const uint32_t qa = base + cw * 64 * ROWB; /* this warpgroup's Q rows, column block 0 */
+  /* key rows past the sequence's end that the copies read as data (varlen:
+   * the next sequence's; seqused_k: unused rows) */
+  const int zero_tail = p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k != NULL;
 
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
@@ -165,6 +197,8 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
                  wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
     }
     wg_commit();
+    uint32_t dm[MT][DW];
+    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
     if (lane == 0) mbar_arrive(bar_kempty(bars, s));
@@ -176,6 +210,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     uint32_t pa[PS][4];
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
+      if (drop) drop_apply(sc, dm, 0, ps, 0);
       pa[ps][0] = SDPA_PACK(sc[0][2 * ps][0], sc[0][2 * ps][1]);
       pa[ps][1] = SDPA_PACK(sc[0][2 * ps][2], sc[0][2 * ps][3]);
       pa[ps][2] = SDPA_PACK(sc[0][2 * ps + 1][0], sc[0][2 * ps + 1][1]);
@@ -183,6 +218,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
 
     mbar_wait(bar_vfull(bars, s), ph);
+    if (n0 + BN > kb->sk && zero_tail) zero_v_tail(sv, kb->sk - n0, ctid);
     wg_fence_acc(o[0], DT);
     wg_fence();
 #pragma unroll
@@ -205,7 +241,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   }
 
   /* O / l into this warpgroup's Q rows (no wgmma reads them any more), in
-   * the swizzled layout the tensor store reads, then one thread stores */
+   * the swizzled layout, then 16-byte stores of the rows inside the sequence */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float l = row_sum[0][hf];
@@ -219,19 +255,30 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
     }
   }
-  fence_proxy_async();
   named_barrier(1 + cw, 128);
-  if ((ctid & 127) == 0) {
+  const int r0 = kb->m0 + 64 * cw, d = kb->d;
+  uint16_t *og = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, kb->b, r0, kb->hh);
+  for (int idx = ctid & 127; idx < 64 * (HD / 8); idx += 128) {
+    const int r = idx / (HD / 8), c = idx % (HD / 8), rem = d - c * 8;
+    if (r0 + r >= kb->sq || rem <= 0) continue;
+    const uint32_t addr = qa + (c >> 3) * BM * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4);
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    uint16_t *dst = og + (int64_t)r * p->o_st.ss + c * 8;
+    if (rem >= 8) {
+      *(uint4 *)dst = v;
+    } else { /* the head dim ends inside this chunk */
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int cb = 0; cb < NCB; ++cb)
-      tma_store_4d(&prm9->to, qa + cb * BM * ROWB, cb * 64, kb->m0 + 64 * cw, kb->hh, kb->b);
-    tma_store_commit();
-    tma_store_wait_read();
+      for (int k = 0; k < 7; ++k)
+        if (k < rem) dst[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
+    }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm90_params prm) {
+__device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params &prm, int drop) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
@@ -259,11 +306,23 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     }
   } else {
     SDPA_SETMAXNREG_INC(240);
-    consume(&prm, &kb, base, bars, wg - 1, tid - 128);
+    consume(&prm, &kb, base, bars, wg - 1, tid - 128, drop);
   }
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
+  (void)drop;
 #endif
+}
+
+/* Two kernels: without and with dropout (the plain one keeps its registers). */
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm90_params prm) {
+  fwd_sm90(prm, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
+    SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm90_params prm) {
+  fwd_sm90(prm, 1);
 }
 
 /* ---- host launch -------------------------------------------------------------- */
@@ -271,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 extern "C" sdpa_status SDPA_FALLBACK_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[SDPA_MAX_DEVICES];
+  static unsigned char smem_set[SDPA_MAX_DEVICES], smem_set_drop[SDPA_MAX_DEVICES];
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
@@ -280,8 +339,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &grid));
   if (!sdpa_fwd_sm90_maps(p, BN, &prm)) return SDPA_FALLBACK_RUN(p, row);
-  return sdpa_kernel_launch1((const void *)SDPA_KERNEL, &prm, p->stream, grid, NTHREADS,
-                             SMEM_BYTES, smem_set, SDPA_STR(SDPA_KERNEL_NAME));
+  const int drop = prm.base.has_dropout;
+  return sdpa_kernel_launch1(drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL,
+                             &prm, p->stream, grid, NTHREADS, SMEM_BYTES,
+                             drop ? smem_set_drop : smem_set, SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_WG_QK
@@ -289,6 +350,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_PACK
 #undef SDPA_TY
 #undef SDPA_KERNEL
+#undef SDPA_KERNEL_DROP
 #undef SDPA_RUN
 #undef SDPA_FALLBACK_RUN
 #include "row_undef.cuh"

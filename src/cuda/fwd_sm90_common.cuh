@@ -3,7 +3,7 @@
  * (fwd_sm90_body.cuh) share with its host half (fwd_sm90_launch.cu): the
  * kernel parameters, which are the mma.sync forwards' (the validated problem
  * and the constants folded for it: fwd_sm80_common.cuh) plus the tensor
- * maps of q, k, v and out that the copy engine reads.
+ * maps of q, k and v that the copy engine reads.
  */
 #ifndef SDPA_FWD_SM90_COMMON_CUH
 #define SDPA_FWD_SM90_COMMON_CUH
@@ -14,13 +14,13 @@
 
 /* Passed by value (__grid_constant__: the copy engine reads the maps in place). */
 typedef struct sdpa_fwd_sm90_params {
-  CUtensorMap tq, tk, tv, to; /* 64-byte aligned: first */
+  CUtensorMap tq, tk, tv; /* 64-byte aligned: first */
   sdpa_fwd_sm80_params base;
 } sdpa_fwd_sm90_params;
 
-/* Host side (fwd_sm90_launch.cu). The four tensor maps of a dense problem
- * (dims {d, s, h, b}, 128-byte swizzled boxes of 64 columns: q and out 64
- * rows, k and v bn rows) into prm; 0 when the copy engine cannot describe
+/* Host side (fwd_sm90_launch.cu). The tensor maps of q, k, v (dims {d, s,
+ * h, b}; varlen {d, total, h, 1}; 128-byte swizzled boxes of 64 columns: q
+ * 64 rows, k and v bn rows) into prm; 0 when the copy engine cannot describe
  * the tensors (a stride the driver refuses, or no driver entry point), and
  * the caller runs the mma.sync kernel instead. */
 extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm);

@@ -1,6 +1,6 @@
 /*
  * fwd_sm90_launch.cu - the host half of the Hopper forward
- * (fwd_sm90_body.cuh): the tensor maps of q, k, v and out for the copy
+ * (fwd_sm90_body.cuh): the tensor maps of q, k and v for the copy
  * engine, made by the driver's cuTensorMapEncodeTiled (looked up once
  * through the runtime, so the library links no libcuda).
  */
@@ -52,9 +52,17 @@ static int make_map(encode_tiled_fn enc, CUtensorMap *m, const void *base, sdpa_
 
 extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm) {
   encode_tiled_fn enc = encoder();
-  if (!enc || p->layout != SDPA_LAYOUT_DENSE) return 0;
+  if (!enc || (p->layout != SDPA_LAYOUT_DENSE && p->layout != SDPA_LAYOUT_VARLEN)) return 0;
+  if (p->layout == SDPA_LAYOUT_VARLEN) { /* rows are global: one batch of total rows */
+    sdpa_bshd q = p->q_st, k = p->k_st, v = p->v_st;
+    q.sb = q.ss * p->total_q; /* any valid stride: the batch extent is 1 */
+    k.sb = k.ss * p->total_k;
+    v.sb = v.ss * p->total_k;
+    return make_map(enc, &prm->tq, p->q, p->dtype, p->d, p->total_q, p->h, 1, q, 64) &&
+           make_map(enc, &prm->tk, p->k, p->dtype, p->d, p->total_k, p->h_k, 1, k, bn) &&
+           make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->total_k, p->h_k, 1, v, bn);
+  }
   return make_map(enc, &prm->tq, p->q, p->dtype, p->d, p->s_q, p->h, p->b, p->q_st, 64) &&
          make_map(enc, &prm->tk, p->k, p->dtype, p->d, p->s_k, p->h_k, p->b, p->k_st, bn) &&
-         make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->s_k, p->h_k, p->b, p->v_st, bn) &&
-         make_map(enc, &prm->to, p->out, p->dtype, p->d_v, p->s_q, p->h, p->b, p->o_st, 64);
+         make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->s_k, p->h_k, p->b, p->v_st, bn);
 }

@@ -25,7 +25,8 @@
 /* What the Hopper forward rows support (src/cuda/fwd_sm90_body.cuh; the
  * rest go to the sm80 rows after them). */
 #define SDPA_FWD_SM90_FEATURES                                                           \
-  (SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA)
+  (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA | \
+   SDPA_FEAT_SEQUSED | SDPA_FEAT_DROPOUT)
 
 /* What every sm80 backward row supports (added by "cudabwd"; the rest:
  * d_v != d, unaligned rows, a dbias summed over a broadcast dim, are

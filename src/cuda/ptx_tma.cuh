@@ -2,7 +2,7 @@
  * ptx_tma.cuh - Hopper's tensor-memory copies and the barriers around them
  * (sm_90): shared-memory mbarriers (init, arrive, arrive with an expected
  * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
- * complete on an mbarrier and stores from shared memory, the proxy fence
+ * complete on an mbarrier, the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
  * tensor cores, named barriers for one warpgroup, and setmaxnreg.
  *
@@ -61,25 +61,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
-}
-
-/* Shared src to the box at (c0 .. c3); elements outside the tensor are not
- * written. Completion: tma_store_commit, then tma_store_wait_read before src
- * is reused or the block exits. */
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1,
-                                             int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
-               " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"((uint64_t)(uintptr_t)map),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
-__device__ __forceinline__ void tma_store_commit(void) {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void tma_store_wait_read(void) {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 /* Ordinary shared stores of this thread become visible to the async proxy

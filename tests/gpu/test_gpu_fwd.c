@@ -375,8 +375,8 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
 }
 
 /* The Hopper rows (fwd_sm90_*): on an sm_90 device with a build that has
- * them (explain lists them), a dense problem of their buckets without bias,
- * dropout or probs must select one; then the usual checks. */
+ * them (explain lists them), a problem of their buckets without bias or
+ * probs must select one; then the usual checks. */
 static void run_sm90(const gcase *c) {
   gbufs f;
   build(c, &f);
@@ -704,7 +704,8 @@ int main(int argc, char **argv) {
 
   /* the Hopper rows (wgmma + tensor copies): every bucket and dtype with d
    * at and below the bucket, lengths off the 64 / 128-row tiles, GQA 8:1 and
-   * MQA, both causal alignments, windows, alibi, softcap, empty rows */
+   * MQA, both causal alignments, windows, alibi, softcap, empty rows, varlen
+   * with seqused_k, dropout */
   {
     const int64_t d9[6] = {64, 40, 128, 100, 256, 232};
     for (int k = 0; k < 12; ++k) {
@@ -731,6 +732,17 @@ int main(int argc, char **argv) {
     run_sm90(&c);
     c = base_case("sm90 padded", SDPA_DTYPE_BF16, 2, 4, 2, 150, 270, 64);
     c.pad = 24;
+    run_sm90(&c);
+    for (int k = 0; k < 2; ++k) { /* empty sequence, seqused_k on the last: zero_v_tail */
+      c = base_case("sm90 varlen", dts[k], 5, 4, 2, 200, 300, k ? 128 : 256);
+      c.varlen = 1;
+      c.causal = k;
+      c.dropout = k ? 0.17f : 0.f;
+      run_sm90(&c);
+    }
+    c = base_case("sm90 dropout", SDPA_DTYPE_BF16, 2, 4, 2, 150, 270, 64);
+    c.dropout = 0.17f;
+    c.causal = 1;
     run_sm90(&c);
     c = base_case("sm90 graph", SDPA_DTYPE_BF16, 2, 4, 1, 300, 500, 128);
     run_graph(&c);
