@@ -644,6 +644,64 @@ def test_torch_fill_packs_every_field():
     assert "k: dtype torch.float64 is not supported" in ei.value.message
 
 
+def test_torch_eager_path_matches_the_custom_op():
+    """Plain eager calls skip the custom ops' dispatch (host cost) and give the op's
+    results: outputs, gradients, the KV cache and its version counter bitwise equal;
+    under a dispatch mode or the profiler the op itself runs (they see sdpa::fwd)."""
+    torch = _torch()
+    from sdpa import torch_ops
+    if not torch_ops.HAVE_CUSTOM_OP:
+        pytest.skip("no torch.library.custom_op")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    g = torch.Generator().manual_seed(16)
+    q0, k0, v0 = torch.randn(2, 6, 4, 8, generator=g), torch.randn(2, 7, 2, 8, generator=g), \
+        torch.randn(2, 7, 2, 8, generator=g)
+    b0 = torch.randn(1, 4, 1, 7, generator=g)
+    dout = torch.randn(2, 6, 4, 8, generator=g)
+    res = {}
+    for op in (True, None):
+        q, k, v, b = (x.clone().requires_grad_() for x in (q0, k0, v0, b0))
+        out, lse = torch_ops.attention(q, k, v, bias=b, causal=True, dropout_p=0.2, seed=9,
+                                       return_lse=True, use_custom_op=op)
+        grads = torch.autograd.grad(out, (q, k, v, b), dout)
+        with torch.no_grad():
+            plain = torch_ops.attention(q, k, v, window=(2, 1), use_custom_op=op)
+        res[op] = (out, lse, plain) + grads
+        assert ("SdpaAttention" in out.grad_fn.name()) == (op is None)
+    for a, b in zip(res[True], res[None]):
+        assert torch.equal(a, b)
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Log():
+        torch_ops.attention(q0, k0, v0)
+    assert any("sdpa.fwd" in f for f in seen), seen
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch_ops.attention(q0, k0, v0)
+    assert any(e.name == "sdpa::fwd" for e in prof.events())
+
+    # KV cache (in place): contents, outputs and the caches' version counters
+    qd, kn, vn = torch.randn(2, 1, 4, 8, generator=g), torch.randn(2, 1, 2, 8, generator=g), \
+        torch.randn(2, 1, 2, 8, generator=g)
+    seq = torch.tensor([3, 5], dtype=torch.int32)
+    kv = {}
+    for op in (True, None):
+        kc, vc = torch.randn(2, 16, 2, 8), torch.randn(2, 16, 2, 8)
+        kc.copy_(k0[:, :1].expand(2, 16, 2, 8))
+        vc.copy_(v0[:, :1].expand(2, 16, 2, 8))
+        with torch.no_grad():
+            out, lse = torch_ops.kvcache_attention(qd, kc, vc, seq, k_new=kn, v_new=vn,
+                                                   causal=True, use_custom_op=op)
+        kv[op] = (out, lse, kc, vc, kc._version, vc._version)
+    for a, b in zip(kv[True], kv[None]):
+        assert torch.equal(a, b) if torch.is_tensor(a) else a == b
+
+
 def test_torch_forward_routes_through_autograd():
     torch = _torch()
     q = torch.randn(1, 5, 2, 8, requires_grad=True)
