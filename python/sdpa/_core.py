@@ -4,10 +4,16 @@ Each call fills the library's descriptor (initialised by sdpa_*_init, so
 struct_size and every default come from the library), allocates the outputs
 with the inputs' own library (torch.empty / numpy.empty, same device), and
 raises SdpaError(status, sdpa_last_error()) on failure.
+
+A small eager call is bound by this file's host time (issue 4: a decoding step
+is ~10 us of GPU work), so the call path avoids what costs microseconds in
+Python: the descriptor is a copy of a cached template (_lib.new_desc), arrays
+are packed with struct (_tensors.fill), optional arguments left at None and
+scalars at their defaults are not written, and no dict, generator or context
+manager is built per call.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 
 from . import _lib
@@ -21,14 +27,21 @@ def _invalid(msg):
     return SdpaError(_lib.SDPA_ERR_INVALID_ARGUMENT, msg)
 
 
+_ALIGN_CODES = {}
+for _names, _code in ((("bottom-right", "br", "bottomright"), _lib.SDPA_ALIGN_BOTTOM_RIGHT),
+                      (("top-left", "tl", "topleft"), _lib.SDPA_ALIGN_TOP_LEFT)):
+    _ALIGN_CODES.update(dict.fromkeys(_names, _code))
+
+
 def _align_code(align):
     if isinstance(align, int):
         return align
+    code = _ALIGN_CODES.get(align)  # the spellings as written, no normalising
+    if code is not None:
+        return code
     a = str(align).lower().replace("_", "-").replace(" ", "-")
-    if a in ("bottom-right", "br", "bottomright"):
-        return _lib.SDPA_ALIGN_BOTTOM_RIGHT
-    if a in ("top-left", "tl", "topleft"):
-        return _lib.SDPA_ALIGN_TOP_LEFT
+    if a in _ALIGN_CODES:
+        return _ALIGN_CODES[a]
     raise _invalid("align = %r: expected 'bottom-right' or 'top-left'" % (align,))
 
 
@@ -49,17 +62,23 @@ def _bias4(bias):
     return bias
 
 
-def _device_guard(dev):
+def _call(fn, desc, dev):
+    """fn(&desc) with dev's CUDA device current (torch's, switched only if it is
+    another: the library launches on the current device); raises on failure.
+    No contextlib on the usual path: a call's host cost counts (issue 4)."""
     if dev[0] == T.CUDA:
         torch = T._torch()
         if torch is not None and torch.cuda.current_device() != dev[1]:
-            return torch.cuda.device(dev[1])
-    return contextlib.nullcontext()
+            with torch.cuda.device(dev[1]):
+                return _lib.check(fn(ctypes.byref(desc)))
+    return _lib.check(fn(ctypes.byref(desc)))
 
 
 class _Call:
     """Collects the adapted arrays of one call: keeps them alive, checks that they
     share one device, fills sdpa_tensor fields."""
+
+    __slots__ = ("keep", "primary", "dev", "name")
 
     def __init__(self, primary, name):
         self.keep = []
@@ -94,16 +113,9 @@ def _seqlen_max(cu):
     return int(d.max())
 
 
-def _fill_attn(c, a, q, k, v, *, causal, align, window, softcap, scale, alibi_slopes, bias,
-               dropout_p, seed, offset, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-               seqused_k, num_threads, kernel):
-    a.device = c.dev[0]
-    s = T.stream_of(c.dev)
-    a.stream = s
-    a.num_threads = int(num_threads or 0)
-    c.set(a.q, q, "q")
-    c.set(a.k, k, "k")
-    c.set(a.v, v, "v")
+def _fill_varlen(c, a, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k):
+    """The varlen index arrays (called only when one is given: every other call
+    skips them); returns (max_seqlen_q, max_seqlen_k), computed on CUDA."""
     cu_q = c.arr(cu_seqlens_q, "cu_seqlens_q", index=True)
     cu_k = c.arr(cu_seqlens_k, "cu_seqlens_k", index=True)
     c.set(a.cu_seqlens_q, cu_q, "cu_seqlens_q")
@@ -115,26 +127,83 @@ def _fill_attn(c, a, q, k, v, *, causal, align, window, softcap, scale, alibi_sl
             max_seqlen_q = _seqlen_max(cu_q)
         if cu_k is not None and not max_seqlen_k:
             max_seqlen_k = _seqlen_max(cu_k)
-    a.max_seqlen_q = int(max_seqlen_q or 0)
-    a.max_seqlen_k = int(max_seqlen_k or 0)
-    a.scale = 0.0 if scale is None else float(scale)
-    a.softcap = float(softcap or 0.0)
-    c.set(a.alibi_slopes, c.arr(alibi_slopes, "alibi_slopes"), "alibi_slopes")
+    return max_seqlen_q, max_seqlen_k
+
+
+def _fill_attn(c, a, q, k, v, *, causal, align, window, softcap, scale, alibi_slopes, bias,
+               dropout_p, seed, offset, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+               seqused_k, num_threads, kernel):
+    if c.dev[0] != T.CPU:  # (the template's device is the CPU, with no stream)
+        a.device = c.dev[0]
+        a.stream = T.stream_of(c.dev)
+    if num_threads:
+        a.num_threads = int(num_threads)
+    c.set(a.q, q, "q")
+    c.set(a.k, k, "k")
+    c.set(a.v, v, "v")
+    if cu_seqlens_q is not None or cu_seqlens_k is not None or seqused_k is not None:
+        max_seqlen_q, max_seqlen_k = _fill_varlen(c, a, cu_seqlens_q, cu_seqlens_k, seqused_k,
+                                                  max_seqlen_q, max_seqlen_k)
+    # new_desc's template holds what the keywords' defaults write (0, see
+    # _lib._ATTN_KEYWORD_FIELDS): a scalar is written only where its keyword
+    # differs (the conversions, and their errors, as before)
+    if max_seqlen_q:
+        a.max_seqlen_q = int(max_seqlen_q)
+    if max_seqlen_k:
+        a.max_seqlen_k = int(max_seqlen_k)
+    if scale is not None:
+        a.scale = float(scale)
+    if softcap:
+        a.softcap = float(softcap)
+    if alibi_slopes is not None:
+        c.set(a.alibi_slopes, c.arr(alibi_slopes, "alibi_slopes"), "alibi_slopes")
     if bias is not None:
         bias = _bias4(c.arr(bias, "bias"))
         c.keep.append(bias)
         T.fill(a.bias, bias, "bias")
-    a.causal = 1 if causal else 0
+    if causal:
+        a.causal = 1
     a.align = _align_code(align)
     a.window_left, a.window_right = _window(window)
-    a.dropout_p = float(dropout_p or 0.0)
-    a.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
-    a.dropout_offset = int(offset)
+    if dropout_p:
+        a.dropout_p = float(dropout_p)
+    if seed != 0:
+        a.dropout_seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    if offset != 0:
+        a.dropout_offset = int(offset)
     if kernel:
         kb = kernel.encode() if isinstance(kernel, str) else bytes(kernel)
         c.keep.append(kb)
         a.kernel = kb
     return bias
+
+
+def _fill_cache_extras(c, d, block_table, cache_batch_idx, k_new, v_new, rotary_cos,
+                       rotary_sin):
+    """The KV cache's optional arrays (called only when one is given)."""
+    for t, x, name, index in ((d.block_table, block_table, "block_table", True),
+                              (d.cache_batch_idx, cache_batch_idx, "cache_batch_idx", True),
+                              (d.k_new, k_new, "k_new", False), (d.v_new, v_new, "v_new", False),
+                              (d.rotary_cos, rotary_cos, "rotary_cos", False),
+                              (d.rotary_sin, rotary_sin, "rotary_sin", False)):
+        c.set(t, c.arr(x, name, index=index), name)
+
+
+def _rank_error(q, k, v):
+    for x, n in ((q, "q"), (k, "k"), (v, "v")):
+        if x.ndim < 3:
+            return _invalid("%s: rank %d; expected [b, s, h, d] (dense, cache) or [total, h, d] "
+                            "(varlen)" % (n, x.ndim))
+
+
+def _out_shapes(q, v, varlen):
+    """Shapes of out and lse (computed only when the call allocates them)."""
+    h, d_v = q.shape[-2], v.shape[-1]
+    if varlen:
+        total_q = q.shape[0]
+        return (total_q, h, d_v), (h, total_q)
+    b, s_q = q.shape[0], q.shape[1]
+    return (b, s_q, h, d_v), (b, h, s_q)
 
 
 def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
@@ -149,10 +218,8 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     c.keep.append(q)
     k = c.arr(k, "k")
     v = c.arr(v, "v")
-    for x, n, r in ((q, "q", 3), (k, "k", 3), (v, "v", 3)):
-        if x.ndim < r:
-            raise _invalid("%s: rank %d; expected [b, s, h, d] (dense, cache) or [total, h, d] "
-                           "(varlen)" % (n, x.ndim))
+    if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
+        raise _rank_error(q, k, v)
     varlen = cu_seqlens_q is not None
     cache = cache_seqlens is not None
     if isinstance(cache_seqlens, int):
@@ -165,20 +232,16 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                num_threads=num_threads, kernel=kernel)
 
-    h, d_v = q.shape[-2], v.shape[-1]
-    if varlen:
-        total_q = q.shape[0]
-        out_shape, lse_shape = (total_q, h, d_v), (h, total_q)
-    else:
-        b, s_q = q.shape[0], q.shape[1]
-        out_shape, lse_shape = (b, s_q, h, d_v), (b, h, s_q)
     if out is None:
-        out = T.empty(q, out_shape)
+        out = T.empty(q, _out_shapes(q, v, varlen)[0])
     else:
         out = c.arr(out, "out")
     c.set(d.out, out, "out")
     if return_lse or lse is not None:
-        lse = T.empty(q, lse_shape, "float32") if lse is None else c.arr(lse, "lse")
+        if lse is None:
+            lse = T.empty(q, _out_shapes(q, v, varlen)[1], "float32")
+        else:
+            lse = c.arr(lse, "lse")
         c.set(d.lse, lse, "lse")
     if return_probs or probs is not None:
         if probs is None:
@@ -186,33 +249,28 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                 raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
                                 "return_probs: the dense layout only (no cu_seqlens_q, no "
                                 "cache_seqlens)")
-            probs = T.empty(q, (q.shape[0], h, q.shape[1], k.shape[1]), "float32")
+            probs = T.empty(q, (q.shape[0], q.shape[-2], q.shape[1], k.shape[1]), "float32")
         else:
             probs = c.arr(probs, "probs")
         c.set(d.probs, probs, "probs")
 
     if cache:
         c.set(d.cache_seqlens, c.arr(cache_seqlens, "cache_seqlens", index=True), "cache_seqlens")
-    c.set(d.block_table, c.arr(block_table, "block_table", index=True), "block_table")
-    c.set(d.cache_batch_idx, c.arr(cache_batch_idx, "cache_batch_idx", index=True),
-          "cache_batch_idx")
-    c.set(d.k_new, c.arr(k_new, "k_new"), "k_new")
-    c.set(d.v_new, c.arr(v_new, "v_new"), "v_new")
-    c.set(d.rotary_cos, c.arr(rotary_cos, "rotary_cos"), "rotary_cos")
-    c.set(d.rotary_sin, c.arr(rotary_sin, "rotary_sin"), "rotary_sin")
-    d.rotary_interleaved = 1 if rotary_interleaved else 0
-    d.num_splits = int(num_splits or 0)
+    if (block_table is not None or cache_batch_idx is not None or k_new is not None
+            or v_new is not None or rotary_cos is not None or rotary_sin is not None):
+        _fill_cache_extras(c, d, block_table, cache_batch_idx, k_new, v_new, rotary_cos,
+                           rotary_sin)
+    if rotary_interleaved:
+        d.rotary_interleaved = 1
+    if num_splits:
+        d.num_splits = int(num_splits)
     return d, c, out, lse, probs
 
 
-def _forward_raw(q, k, v, **kw):
-    """forward() without autograd: one sdpa_fwd call."""
-    return_lse = kw.get("return_lse", False)
-    return_probs = kw.get("return_probs", False)
-    d, c, out, lse, probs = _build_fwd(q, k, v, **kw)
-    L = _lib.lib()
-    with _device_guard(c.dev):
-        _lib.check(L.sdpa_fwd(ctypes.byref(d)))
+def _run_fwd(built, return_lse, return_probs):
+    """One sdpa_fwd call on _build_fwd's result; forward()'s return value."""
+    d, c, out, lse, probs = built
+    _call(_lib.lib().sdpa_fwd, d, c.dev)
     if not (return_lse or return_probs):
         return out
     res = (out, lse)
@@ -221,15 +279,21 @@ def _forward_raw(q, k, v, **kw):
     return res
 
 
-def _wants_autograd(q, k, v, bias, kw):
-    if not T.is_torch(q):
+def _forward_raw(q, k, v, **kw):
+    """forward() without autograd: one sdpa_fwd call."""
+    return _run_fwd(_build_fwd(q, k, v, **kw), kw.get("return_lse", False),
+                    kw.get("return_probs", False))
+
+
+def _wants_autograd(q, k, v, bias):
+    """torch tensors with grad enabled and one of q, k, v, bias requiring it
+    (no generator, no dict: every eager call asks)."""
+    if not T.is_torch(q) or not T._torch().is_grad_enabled():
         return False
-    torch = T._torch()
-    if not torch.is_grad_enabled():
-        return False
-    if not any(x is not None and T.is_torch(x) and x.requires_grad for x in (q, k, v, bias)):
-        return False
-    return True
+    for x in (q, k, v, bias):
+        if x is not None and T.is_torch(x) and x.requires_grad:
+            return True
+    return False
 
 
 _CACHE_KEYS = ("cache_seqlens", "block_table", "cache_batch_idx", "k_new", "v_new",
@@ -255,19 +319,25 @@ def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), sof
     torch tensors that require grad (dense or varlen, no out=) go through
     sdpa.torch_ops, so gradients flow to q, k, v and bias.
     """
-    kw = dict(causal=causal, align=align, window=window, softcap=softcap, scale=scale,
-              alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p, seed=seed, offset=offset,
-              return_lse=return_lse, return_probs=return_probs, cu_seqlens_q=cu_seqlens_q,
-              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-              seqused_k=seqused_k, num_threads=num_threads, kernel=kernel)
-    cache_kw = dict(cache_seqlens=cache_seqlens, block_table=block_table,
-                    cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new,
-                    rotary_cos=rotary_cos, rotary_sin=rotary_sin)
-    if (out is None and cache_seqlens is None and _wants_autograd(q, k, v, bias, kw)):
+    if out is None and cache_seqlens is None and _wants_autograd(q, k, v, bias):
         from . import torch_ops
-        return torch_ops.attention(q, k, v, **kw)
-    return _forward_raw(q, k, v, rotary_interleaved=rotary_interleaved, num_splits=num_splits,
-                        out=out, **kw, **cache_kw)
+        return torch_ops.attention(
+            q, k, v, causal=causal, align=align, window=window, softcap=softcap, scale=scale,
+            alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p, seed=seed, offset=offset,
+            return_lse=return_lse, return_probs=return_probs, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+            seqused_k=seqused_k, num_threads=num_threads, kernel=kernel)
+    # the keywords passed straight on (no dicts in between: every eager call pays them)
+    built = _build_fwd(
+        q, k, v, causal=causal, align=align, window=window, softcap=softcap, scale=scale,
+        alibi_slopes=alibi_slopes, bias=bias, dropout_p=dropout_p, seed=seed, offset=offset,
+        return_lse=return_lse, return_probs=return_probs, cu_seqlens_q=cu_seqlens_q,
+        cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        seqused_k=seqused_k, cache_seqlens=cache_seqlens, block_table=block_table,
+        cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new, rotary_cos=rotary_cos,
+        rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, num_splits=num_splits,
+        num_threads=num_threads, kernel=kernel, out=out)
+    return _run_fwd(built, return_lse, return_probs)
 
 
 def _dbias_shape(bias):
@@ -318,7 +388,8 @@ def _build_bwd(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", w
             dbias = _bias4(c.arr(dbias, "dbias"))
             c.keep.append(dbias)
         c.set(d.dbias, dbias, "dbias")
-    d.deterministic = 1 if deterministic else 0
+    if deterministic:
+        d.deterministic = 1
     return d, c, dq, dk, dv, (dbias if want_dbias else None)
 
 
@@ -338,9 +409,7 @@ def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", win
         seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
         deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv)
-    L = _lib.lib()
-    with _device_guard(c.dev):
-        _lib.check(L.sdpa_bwd(ctypes.byref(d)))
+    _call(_lib.lib().sdpa_bwd, d, c.dev)
     return (dq, dk, dv) if db is None else (dq, dk, dv, db)
 
 
@@ -365,9 +434,7 @@ def merge_states(out_parts, lse_parts, *, out=None, lse=None, out_dtype=None):
     c.set(d.lse_parts, lse_parts, "lse_parts")
     c.set(d.out, out, "out")
     c.set(d.lse, lse, "lse")
-    L = _lib.lib()
-    with _device_guard(c.dev):
-        _lib.check(L.sdpa_merge_states(ctypes.byref(d)))
+    _call(_lib.lib().sdpa_merge_states, d, c.dev)
     return out, lse
 
 

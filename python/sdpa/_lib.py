@@ -253,6 +253,7 @@ def lib():
             continue
         _check_abi(cand, path)
         cand._sdpa_path = path
+        _templates.clear()
         _lib = cand
         return _lib
     msg = ("libsdpa not found. Build it (cmake -B build && cmake --build build), "
@@ -284,7 +285,7 @@ def _check_abi(cand, path):
         _lib_sizes[cls] = size
 
 
-def new_desc(cls):
+def _init_desc(cls):
     """A descriptor initialised by the library (struct_size and every default).
 
     Same size as this binding's struct (the common case): init in place. A newer
@@ -305,6 +306,43 @@ def new_desc(cls):
     d = cls.from_buffer_copy(buf.raw[:ours])
     d.struct_size = ours
     return d
+
+
+# Scalars that each call used to write whatever their keyword's value: in the
+# template they hold what the keywords' defaults write (all 0: the CPU device,
+# no stream, no threads count, no scale, ... ), so that a call writes only those
+# whose keyword differs (_core._fill_attn) and gets the same bytes as before,
+# whatever defaults the loaded library's init chose.
+_ATTN_KEYWORD_FIELDS = ("device", "stream", "num_threads", "max_seqlen_q", "max_seqlen_k",
+                        "scale", "softcap", "causal", "dropout_p", "dropout_seed",
+                        "dropout_offset")
+_KEYWORD_FIELDS = {sdpa_fwd_desc: ("rotary_interleaved", "num_splits"),
+                   sdpa_bwd_desc: ("deterministic",), sdpa_merge_desc: ()}
+
+# The template of each descriptor type: _init_desc(cls) with the fields above
+# zeroed. The library's init writes the same bytes every time, so a call copies
+# them (one memcpy) instead of calling sdpa_*_init through ctypes. Reset when a
+# library is loaded; holds bytes only (no array, no stream).
+_templates = {}
+
+
+def _template(cls):
+    d = _init_desc(cls)
+    if cls is not sdpa_merge_desc:
+        for f in _ATTN_KEYWORD_FIELDS:
+            setattr(d.attn, f, 0)
+    for f in _KEYWORD_FIELDS[cls]:
+        setattr(d, f, 0)
+    return bytes(d)
+
+
+def new_desc(cls):
+    """A descriptor initialised by the library (struct_size and every default;
+    the fields named above 0), a private copy of the cached template."""
+    t = _templates.get(cls)
+    if t is None:
+        t = _templates[cls] = _template(cls)
+    return cls.from_buffer_copy(t)
 
 
 def last_error():

@@ -5,16 +5,25 @@ as they are; the library validates them (last stride 1, shapes, dtypes) and its
 error names the argument. Neither torch nor numpy is imported here unless the
 caller already has one of their objects (or hands a DLPack object that needs one
 of them to be read).
+
+Every call adapts a handful of arrays, so this is the binding's hot path (the
+host cost of a small eager call): types are classified once and remembered,
+dtypes map through dicts, and an sdpa_tensor is written with one
+struct.pack_into instead of a dozen ctypes attribute sets.
 """
 from __future__ import annotations
 
+import ctypes
+import struct
 import sys
 
 from . import _lib
 from ._lib import SdpaError, sdpa_tensor
 
 CPU, CUDA = _lib.SDPA_DEVICE_CPU, _lib.SDPA_DEVICE_CUDA
+CPU_DEVICE = (CPU, 0)
 _DLPACK_CPU, _DLPACK_CUDA, _DLPACK_CUDA_HOST = 1, 2, 3
+_MAX_RANK = _lib.SDPA_MAX_RANK
 
 
 def _torch():
@@ -25,14 +34,34 @@ def _numpy():
     return sys.modules.get("numpy")
 
 
+# What each array type is, by exact type: 1 torch, 2 numpy (subclasses such as
+# torch.nn.Parameter get their own entry). Filled on first sight of a type, so a
+# call does one dict lookup per array instead of an isinstance chain.
+_TORCH, _NUMPY = 1, 2
+_KINDS = {}
+
+
+def _kind(x):
+    """_TORCH, _NUMPY or None (anything else: DLPack objects, lists, None)."""
+    k = _KINDS.get(type(x))
+    if k is None:
+        t, np = _torch(), _numpy()
+        if t is not None and isinstance(x, t.Tensor):
+            k = _TORCH
+        elif np is not None and isinstance(x, np.ndarray):
+            k = _NUMPY
+        else:
+            return None
+        _KINDS[type(x)] = k
+    return k
+
+
 def is_torch(x):
-    t = _torch()
-    return t is not None and isinstance(x, t.Tensor)
+    return _kind(x) == _TORCH
 
 
 def is_numpy(x):
-    np = _numpy()
-    return np is not None and isinstance(x, np.ndarray)
+    return _kind(x) == _NUMPY
 
 
 def _invalid(msg):
@@ -41,7 +70,7 @@ def _invalid(msg):
 
 def as_array(x, name):
     """x as a torch tensor or a numpy array (DLPack objects converted, no copy)."""
-    if x is None or is_torch(x) or is_numpy(x):
+    if x is None or type(x) in _KINDS or _kind(x):
         return x
     if hasattr(x, "__dlpack__"):
         dev = None
@@ -72,52 +101,88 @@ def as_array(x, name):
                    % (name, type(x).__name__))
 
 
-def sdpa_dtype(x, name):
-    if is_torch(x):
+# sdpa dtype codes, by torch dtype and numpy dtype (built on first use: neither
+# library is imported here)
+_TORCH_CODES = {}
+_NUMPY_CODES = {}
+_NUMPY_NAMES = {"float32": _lib.SDPA_DTYPE_F32, "float16": _lib.SDPA_DTYPE_F16,
+                "bfloat16": _lib.SDPA_DTYPE_BF16, "int32": _lib.SDPA_DTYPE_I32}
+
+
+def _torch_code(x, name):
+    code = _TORCH_CODES.get(x.dtype)
+    if code is None:
         t = _torch()
-        m = {t.float32: _lib.SDPA_DTYPE_F32, t.float16: _lib.SDPA_DTYPE_F16,
-             t.bfloat16: _lib.SDPA_DTYPE_BF16, t.int32: _lib.SDPA_DTYPE_I32}
-        if x.dtype in m:
-            return m[x.dtype]
-        raise _invalid("%s: dtype %s is not supported (expected float32, float16, bfloat16 or "
-                       "int32 for indices)" % (name, x.dtype))
-    dn = x.dtype.name
-    m = {"float32": _lib.SDPA_DTYPE_F32, "float16": _lib.SDPA_DTYPE_F16,
-         "bfloat16": _lib.SDPA_DTYPE_BF16, "int32": _lib.SDPA_DTYPE_I32}
-    if dn in m:
-        return m[dn]
-    raise _invalid("%s: dtype %s is not supported (expected float32, float16 or int32 for "
-                   "indices; numpy has no bfloat16: use torch)" % (name, dn))
+        _TORCH_CODES.update({t.float32: _lib.SDPA_DTYPE_F32, t.float16: _lib.SDPA_DTYPE_F16,
+                             t.bfloat16: _lib.SDPA_DTYPE_BF16, t.int32: _lib.SDPA_DTYPE_I32})
+        code = _TORCH_CODES.get(x.dtype)
+        if code is None:
+            raise _invalid("%s: dtype %s is not supported (expected float32, float16, bfloat16 "
+                           "or int32 for indices)" % (name, x.dtype))
+    return code
+
+
+def _numpy_code(x, name):
+    # keyed by the dtype object (fast); by name for the rest (byte-swapped
+    # dtypes and such are named like the native ones and were always accepted so)
+    code = _NUMPY_CODES.get(x.dtype)
+    if code is None:
+        dn = x.dtype.name
+        code = _NUMPY_NAMES.get(dn)
+        if code is None:
+            raise _invalid("%s: dtype %s is not supported (expected float32, float16 or int32 "
+                           "for indices; numpy has no bfloat16: use torch)" % (name, dn))
+        if x.dtype.isnative:
+            _NUMPY_CODES[x.dtype] = code
+    return code
+
+
+def sdpa_dtype(x, name):
+    return _torch_code(x, name) if _kind(x) == _TORCH else _numpy_code(x, name)
 
 
 def device_of(x):
     """(sdpa device, index) of an array."""
-    if is_torch(x):
-        d = x.device
-        if d.type == "cpu":
-            return CPU, 0
-        if d.type == "cuda":
-            return CUDA, d.index if d.index is not None else _torch().cuda.current_device()
-        raise _invalid("a tensor on device %s: sdpa runs on cpu and cuda only" % d)
-    return CPU, 0
+    if (_KINDS.get(type(x)) or _kind(x)) == _TORCH:  # (the get: no call when known)
+        if x.is_cuda:  # cheaper than x.device, which builds a torch.device
+            return CUDA, x.get_device()
+        if x.is_cpu:
+            return CPU_DEVICE
+        raise _invalid("a tensor on device %s: sdpa runs on cpu and cuda only" % x.device)
+    return CPU_DEVICE
 
 
 def describe_device(dev):
     return "cpu" if dev[0] == CPU else "cuda:%d" % dev[1]
 
 
+# sdpa_tensor (data, dtype, rank, shape[5], stride[5]) of each rank as one
+# struct: the unused shape / stride entries are written as zeros, as
+# sdpa_*_init leaves them.
+_TENSOR_STRUCTS = tuple(
+    struct.Struct("@Pii%dq%dx%dq%dx" % (r, 8 * (_MAX_RANK - r), r, 8 * (_MAX_RANK - r)))
+    for r in range(_MAX_RANK + 1))
+if (_TENSOR_STRUCTS[0].size != ctypes.sizeof(sdpa_tensor)
+        or sdpa_tensor.stride.offset != struct.calcsize("@Pii") + 8 * _MAX_RANK):
+    raise ImportError("sdpa: the packed sdpa_tensor layout differs from the ctypes mirror")
+
+
 def fill(t, x, name):
     """Fill sdpa_tensor t (in place) from array x: pointer, dtype, shape, strides."""
     rank = x.ndim
-    if rank > _lib.SDPA_MAX_RANK:
-        raise _invalid("%s: rank %d exceeds SDPA_MAX_RANK (%d)" % (name, rank, _lib.SDPA_MAX_RANK))
-    t.dtype = sdpa_dtype(x, name)
-    t.rank = rank
-    if is_torch(x):
-        t.data = x.data_ptr() or None
-        shape, strides = tuple(x.shape), x.stride()
+    if rank > _MAX_RANK:
+        raise _invalid("%s: rank %d exceeds SDPA_MAX_RANK (%d)" % (name, rank, _MAX_RANK))
+    if (_KINDS.get(type(x)) or _kind(x)) == _TORCH:  # (the get: no call when known)
+        code = _TORCH_CODES.get(x.dtype)
+        if code is None:
+            code = _torch_code(x, name)
+        data = x.data_ptr()
+        shape, strides = x.shape, x.stride()
+        if not data and x.numel():
+            raise _invalid("%s: null data pointer" % name)
     else:
-        t.data = x.ctypes.data or None
+        code = _numpy_code(x, name)
+        data = x.ctypes.data
         item = x.itemsize
         shape = x.shape
         strides = []
@@ -126,18 +191,9 @@ def fill(t, x, name):
                 raise _invalid("%s: byte stride %d is not a multiple of the element size %d"
                                % (name, s, item))
             strides.append(s // item)
-    for i in range(rank):
-        t.shape[i] = int(shape[i])
-        t.stride[i] = int(strides[i])
-    numel = x.numel() if is_torch(x) else x.size
-    if t.data is None and numel:
-        raise _invalid("%s: null data pointer" % name)
-
-
-def tensor(x, name):
-    t = sdpa_tensor()
-    fill(t, x, name)
-    return t
+        if not data and x.size:
+            raise _invalid("%s: null data pointer" % name)
+    _TENSOR_STRUCTS[rank].pack_into(t, 0, data, code, rank, *shape, *strides)
 
 
 # ---- allocation with the inputs' library -------------------------------------------
@@ -148,6 +204,8 @@ def empty(like, shape, dtype=None):
     if is_torch(like):
         t = _torch()
         dt = like.dtype if dtype is None else getattr(t, dtype)
+        if type(like) is t.Tensor:  # the same tensor as below, without a torch.device built
+            return like.new_empty(tuple(shape), dtype=dt)
         return t.empty(tuple(shape), dtype=dt, device=like.device)
     np = _numpy()
     dt = like.dtype if dtype is None else np.dtype(dtype)
@@ -176,6 +234,8 @@ def int32_on(like, values):
 def to_int32(x):
     """Index arrays of another integer dtype converted to int32 (a copy, small)."""
     if is_torch(x):
+        if _TORCH_CODES.get(x.dtype) == _lib.SDPA_DTYPE_I32:  # the usual case, no torch lookups
+            return x
         t = _torch()
         if x.dtype != t.int32 and not x.is_floating_point():
             return x.to(t.int32)
@@ -186,11 +246,27 @@ def to_int32(x):
     return x
 
 
+_raw_stream = None  # torch's getter of the current raw cudaStream_t on a device
+
+
+def _find_raw_stream(t):
+    # torch._C._cuda_getCurrentRawStream(index) (what torch.compile's generated
+    # code calls) returns the same pointer as current_stream(index).cuda_stream
+    # without building a torch.cuda.Stream (a few us a call)
+    raw = getattr(t._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:  # pragma: no cover - older torch
+        return lambda index: t.cuda.current_stream(index).cuda_stream
+    return raw
+
+
 def stream_of(dev):
     """cudaStream_t (int) of torch's current stream on dev, or None."""
+    global _raw_stream
     if dev[0] != CUDA:
         return None
     t = _torch()
     if t is None:
         return None
-    return t.cuda.current_stream(dev[1]).cuda_stream or None
+    if _raw_stream is None:
+        _raw_stream = _find_raw_stream(t)
+    return _raw_stream(dev[1]) or None

@@ -12,6 +12,14 @@ stream, so the ops are captured by torch.cuda.graphs like any other kernel
 On torch < 2.4 (no torch.library.custom_op) the same math runs through the
 torch.autograd.Function SdpaAttention (eager only).
 
+Plain eager calls skip the custom op's dispatch (tens of us a call, ~170 us with
+its autograd formula; issue 4 counts host time): where nothing traces, transforms
+or watches ops (_plain_eager), attention() runs SdpaAttention (or, with no
+gradient to track, the implementation itself) and kvcache_attention() the
+implementation plus the op's version-counter bump of the caches. The results are
+the op's; torch.compile, torch.export / make_fx, torch.jit tracing, torch.func
+transforms, dispatch and function modes and tensor subclasses still see the op.
+
 lse is an output for inspection: it is treated as non-differentiable (as in
 flash_attn); a gradient flowing into it is ignored.
 """
@@ -40,6 +48,44 @@ def _unsigned(seed):
 
 def _empty0(like):
     return like.new_empty((0,), dtype=torch.float32)
+
+
+def _tracing_or_modes():
+    """Something that needs to see (or trace, or transform) the custom op itself:
+    torch.compile, torch.jit tracing, a torch dispatch mode (make_fx / export,
+    FakeTensorMode, FlopCounterMode, activation checkpointing policies, ...), a
+    torch function mode, a torch.func transform, the profiler (its traces name the
+    op). An API this torch lacks counts as yes (the op path, as before)."""
+    C = torch._C
+    try:
+        return bool(torch.compiler.is_compiling() or torch.jit.is_tracing()
+                    or C._len_torch_dispatch_stack() or C._is_torch_function_mode_enabled()
+                    or C._functorch.peek_interpreter_stack() is not None
+                    or C._autograd._profiler_enabled())
+    except AttributeError:  # pragma: no cover - older torch
+        return True
+
+
+def _plain_eager(tensors):
+    """True where calling the implementation directly is exactly what the custom
+    op would do, less its dispatch: nothing of _tracing_or_modes() and every
+    tensor a plain torch.Tensor (a subclass, e.g. FakeTensor or DTensor, goes
+    through the op)."""
+    if _tracing_or_modes():
+        return False
+    for x in tensors:
+        if x is not None and type(x) is not Tensor:
+            return False
+    return True
+
+
+def _needs_grad(tensors):
+    if not torch.is_grad_enabled():
+        return False
+    for x in tensors:
+        if x is not None and x.requires_grad:
+            return True
+    return False
 
 
 # ---- the implementations (eager) --------------------------------------------------------
@@ -107,6 +153,16 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
             int(num_splits or 0))
     if use_custom_op is None:
         use_custom_op = HAVE_CUSTOM_OP
+        tensors = args[:11]
+        if use_custom_op and not _needs_grad(tensors) and _plain_eager(tensors):
+            # what the op does here, without its dispatch: the implementation, then
+            # the caches' version counters bumped (its ADInplaceOrView kernel's
+            # job; inference tensors have none and are left alone)
+            with torch.no_grad():
+                res = _kvcache_impl(*args)
+            torch.autograd.graph.increment_version(k_cache)
+            torch.autograd.graph.increment_version(v_cache)
+            return res
     if use_custom_op:
         return torch.ops.sdpa.fwd_kvcache(*args)
     with torch.no_grad():
@@ -305,16 +361,15 @@ def attention(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), s
                0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal),
                _core._align_code(align), wl, wr, float(dropout_p or 0.0), _signed(seed),
                int(offset), bool(return_probs), int(num_threads or 0), kernel or "")
+    tensors = (q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k)
     if use_custom_op is None:
-        use_custom_op = HAVE_CUSTOM_OP
+        use_custom_op = HAVE_CUSTOM_OP and not _plain_eager(tensors)
     if use_custom_op:
-        out, lse, probs = torch.ops.sdpa.fwd(q, k, v, bias, alibi_slopes, cu_seqlens_q,
-                                             cu_seqlens_k, seqused_k, *scalars,
-                                             bool(deterministic))
-    else:
-        out, lse, probs = SdpaAttention.apply(q, k, v, bias, alibi_slopes, cu_seqlens_q,
-                                              cu_seqlens_k, seqused_k,
-                                              scalars + (bool(deterministic),))
+        out, lse, probs = torch.ops.sdpa.fwd(*tensors, *scalars, bool(deterministic))
+    elif _needs_grad(tensors):
+        out, lse, probs = SdpaAttention.apply(*tensors, scalars + (bool(deterministic),))
+    else:  # nothing to differentiate: SdpaAttention's forward without the Function
+        out, lse, probs = _fwd_impl(*tensors, *scalars)
     if not (return_lse or return_probs):
         return out
     return (out, lse, probs) if return_probs else (out, lse)

@@ -495,6 +495,93 @@ def test_abi_layout():
     assert got == want
 
 
+# ---- the per-call fast paths (host cost): packed tensors, the descriptor template ----------------
+
+_CODES = {"float32": sdpa._lib.SDPA_DTYPE_F32, "float16": sdpa._lib.SDPA_DTYPE_F16,
+          "bfloat16": sdpa._lib.SDPA_DTYPE_BF16, "int32": sdpa._lib.SDPA_DTYPE_I32}
+
+
+def _fill_by_fields(data, dtype_name, shape, strides):
+    """The reference sdpa_tensor: ctypes fields set one by one on a zeroed struct."""
+    t = sdpa._lib.sdpa_tensor()
+    t.data, t.dtype, t.rank = data, _CODES[dtype_name], len(shape)
+    for i, (n, st) in enumerate(zip(shape, strides)):
+        t.shape[i], t.stride[i] = n, st
+    return bytes(t)
+
+
+def _poisoned_tensor():
+    return sdpa._lib.sdpa_tensor.from_buffer_copy(b"\xa5" * ctypes.sizeof(sdpa._lib.sdpa_tensor))
+
+
+@pytest.mark.nolib
+def test_fill_packs_every_field():
+    """fill() writes an sdpa_tensor with one struct.pack_into: every byte (the target is
+    poisoned first) equals the struct set field by field, for each rank 0..5, dtype
+    and stride pattern."""
+    from sdpa import _tensors as T
+    base = np.arange(2 * 3 * 4 * 5 * 6, dtype=np.float32).reshape(2, 3, 4, 5, 6)
+    cases = [base, base[:, ::2], base[0], base[0, 1, :, ::2], base[0, 0, 0], base[0, 0, 0, 0],
+             base[0, 0, 0, 0, 2, ...], np.broadcast_to(base[:1], (4, 3, 4, 5, 6)),
+             base.astype(np.float16)[..., 1:], np.zeros((3,), np.int32)]
+    for x in cases:
+        t = _poisoned_tensor()
+        T.fill(t, x, "x")
+        ref = _fill_by_fields(x.ctypes.data, x.dtype.name, x.shape,
+                              [s // x.itemsize for s in x.strides])
+        assert bytes(t) == ref, (x.shape, x.strides, x.dtype)
+    with pytest.raises(SdpaError) as ei:
+        T.fill(_poisoned_tensor(), np.zeros((1,) * 6, np.float32), "q")
+    assert "q: rank 6 exceeds SDPA_MAX_RANK (5)" in ei.value.message
+
+
+def test_descriptor_template_stays_clean():
+    """Each call copies a cached template descriptor and writes only what differs from
+    the keywords' defaults: a call with every modifier leaves the template as it was
+    (a default call after it gets the bytes of one before it), and arrays of another
+    dtype in the next call are described with their own dtype."""
+    from sdpa import _core, _lib as L
+    rng = np.random.default_rng(14)
+    q, k, v = (rnd(rng, (1, 4, 2, 8), np.float32) for _ in range(3))
+    out, lse = rnd(rng, (1, 4, 2, 8), np.float32), rnd(rng, (1, 2, 4), np.float32)
+    first = bytes(_core._build_fwd(q, k, v, out=out)[0])
+    d = _core._build_fwd(q, k, v, out=out, lse=lse, causal=True, align="top-left", window=(2, 1),
+                         scale=0.5, softcap=1.5, dropout_p=0.25, seed=3, offset=4, num_threads=2,
+                         num_splits=2, rotary_interleaved=True, kernel="cpu",
+                         alibi_slopes=np.ones(2, np.float32), bias=rnd(rng, (4, 4), np.float32),
+                         cache_seqlens=np.array([3], np.int32))[0]
+    a = d.attn
+    assert (a.causal, a.align, a.window_left, a.window_right) == (1, L.SDPA_ALIGN_TOP_LEFT, 2, 1)
+    assert (a.scale, a.softcap, a.dropout_p) == (0.5, 1.5, 0.25)
+    assert (a.dropout_seed, a.dropout_offset, a.num_threads) == (3, 4, 2)
+    assert (d.num_splits, d.rotary_interleaved, a.kernel) == (2, 1, b"cpu")
+    assert a.alibi_slopes.rank == 1 and a.bias.rank == 4 and d.cache_seqlens.rank == 1
+    assert bytes(_core._build_fwd(q, k, v, out=out)[0]) == first
+    # the template: the library's init (this library's defaults are the keywords')
+    for cls in (L.sdpa_fwd_desc, L.sdpa_bwd_desc, L.sdpa_merge_desc):
+        assert bytes(L.new_desc(cls)) == bytes(L._init_desc(cls)), cls.__name__
+    h = _core._build_fwd(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16),
+                         out=out.astype(np.float16))[0]
+    assert h.attn.q.dtype == L.SDPA_DTYPE_F16 and h.out.dtype == L.SDPA_DTYPE_F16
+    assert _core._build_fwd(q, k, v, out=out)[0].attn.q.dtype == L.SDPA_DTYPE_F32
+
+
+def test_call_keeps_no_array_alive():
+    """The binding's caches hold types, dtype codes and template bytes only: once a
+    call returns, no input or output is referenced by it."""
+    import gc
+    import weakref
+    rng = np.random.default_rng(15)
+    q, k, v, out = (rnd(rng, (1, 4, 2, 8), np.float32) for _ in range(4))
+    seqlens = np.array([4], np.int64)  # converted to int32 by the binding (a copy)
+    refs = [weakref.ref(x) for x in (q, k, v, out, seqlens)]
+    sdpa.forward(q, k, v, out=out, cache_seqlens=seqlens)
+    sdpa.forward(q, k, v, return_lse=True)
+    del q, k, v, out, seqlens
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 # ---- torch on the CPU backend -------------------------------------------------------------------------
 
 def _torch():
@@ -535,6 +622,84 @@ def test_torch_autograd_matches_float64(mods, use_custom_op):
     for x, r in zip(grads, rgrads):
         assert x.shape == r.shape
         assert (x.double() - r).abs().max() < 1e-4 * max(1.0, r.abs().max().item())
+
+
+def test_torch_fill_packs_every_field():
+    """fill() on torch tensors (views, bf16, a Parameter: a subclass, classified by
+    its own type) equals the sdpa_tensor set field by field."""
+    torch = _torch()
+    from sdpa import _tensors as T
+    base = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5)
+    cases = [base, base[:, 1:, ::2], base.transpose(1, 2), base.to(torch.bfloat16)[0],
+             base[0, 0, 0, 0], base.expand(3, 2, 3, 4, 5), torch.zeros(0, 4),
+             torch.nn.Parameter(base.clone(), requires_grad=False),
+             torch.tensor([1], dtype=torch.int32)]
+    for x in cases:
+        t = _poisoned_tensor()
+        T.fill(t, x, "x")
+        ref = _fill_by_fields(x.data_ptr(), str(x.dtype).replace("torch.", ""), x.shape, x.stride())
+        assert bytes(t) == ref, (x.shape, x.stride(), x.dtype)
+    with pytest.raises(SdpaError) as ei:
+        T.fill(_poisoned_tensor(), base.double(), "k")
+    assert "k: dtype torch.float64 is not supported" in ei.value.message
+
+
+def test_torch_eager_path_matches_the_custom_op():
+    """Plain eager calls skip the custom ops' dispatch (host cost) and give the op's
+    results: outputs, gradients, the KV cache and its version counter bitwise equal;
+    under a dispatch mode or the profiler the op itself runs (they see sdpa::fwd)."""
+    torch = _torch()
+    from sdpa import torch_ops
+    if not torch_ops.HAVE_CUSTOM_OP:
+        pytest.skip("no torch.library.custom_op")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    g = torch.Generator().manual_seed(16)
+    q0, k0, v0 = torch.randn(2, 6, 4, 8, generator=g), torch.randn(2, 7, 2, 8, generator=g), \
+        torch.randn(2, 7, 2, 8, generator=g)
+    b0 = torch.randn(1, 4, 1, 7, generator=g)
+    dout = torch.randn(2, 6, 4, 8, generator=g)
+    res = {}
+    for op in (True, None):
+        q, k, v, b = (x.clone().requires_grad_() for x in (q0, k0, v0, b0))
+        out, lse = torch_ops.attention(q, k, v, bias=b, causal=True, dropout_p=0.2, seed=9,
+                                       return_lse=True, use_custom_op=op)
+        grads = torch.autograd.grad(out, (q, k, v, b), dout)
+        with torch.no_grad():
+            plain = torch_ops.attention(q, k, v, window=(2, 1), use_custom_op=op)
+        res[op] = (out, lse, plain) + grads
+        assert ("SdpaAttention" in out.grad_fn.name()) == (op is None)
+    for a, b in zip(res[True], res[None]):
+        assert torch.equal(a, b)
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Log():
+        torch_ops.attention(q0, k0, v0)
+    assert any("sdpa.fwd" in f for f in seen), seen
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch_ops.attention(q0, k0, v0)
+    assert any(e.name == "sdpa::fwd" for e in prof.events())
+
+    # KV cache (in place): contents, outputs and the caches' version counters
+    qd, kn, vn = torch.randn(2, 1, 4, 8, generator=g), torch.randn(2, 1, 2, 8, generator=g), \
+        torch.randn(2, 1, 2, 8, generator=g)
+    seq = torch.tensor([3, 5], dtype=torch.int32)
+    kv = {}
+    for op in (True, None):
+        kc, vc = torch.randn(2, 16, 2, 8), torch.randn(2, 16, 2, 8)
+        kc.copy_(k0[:, :1].expand(2, 16, 2, 8))
+        vc.copy_(v0[:, :1].expand(2, 16, 2, 8))
+        with torch.no_grad():
+            out, lse = torch_ops.kvcache_attention(qd, kc, vc, seq, k_new=kn, v_new=vn,
+                                                   causal=True, use_custom_op=op)
+        kv[op] = (out, lse, kc, vc, kc._version, vc._version)
+    for a, b in zip(kv[True], kv[None]):
+        assert torch.equal(a, b) if torch.is_tensor(a) else a == b
 
 
 def test_torch_forward_routes_through_autograd():

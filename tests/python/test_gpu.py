@@ -258,6 +258,29 @@ def test_cuda_graph_capture():
 
 
 @skip_unsupported
+def test_each_call_reads_the_current_stream():
+    """The binding caches nothing per stream: a call inside torch.cuda.stream(s) is
+    described with s and runs there, the next one outside with the current stream
+    again; the outputs equal those of the default stream."""
+    from sdpa import _core
+    torch.manual_seed(8)
+    q, k, v = (rand(2, 33, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    ref = sdpa.forward(q, k, v, causal=True)
+    cur = torch.cuda.current_stream().cuda_stream
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        d1 = _core._build_fwd(q, k, v)[0]
+        out = sdpa.forward(q, k, v, causal=True)
+    d2 = _core._build_fwd(q, k, v)[0]
+    assert d1.attn.device == sdpa._lib.SDPA_DEVICE_CUDA
+    assert d1.attn.stream == s.cuda_stream != cur
+    assert (d2.attn.stream or 0) == cur
+    s.synchronize()
+    assert torch.equal(out, ref)
+
+
+@skip_unsupported
 def test_torch_compile_inductor():
     from sdpa import torch_ops
     if not torch_ops.HAVE_CUSTOM_OP:
