@@ -26,8 +26,9 @@
  * keys would take 256 registers) a pair of warps owns 16 keys, each warp half
  * of the dK / dV columns, and the pair splits the two score products: one
  * computes S^T, the other dP^T, and they trade them through shared memory
- * (pair_trade: one named barrier a sub-step), so each then holds both and
- * runs the rest of the sub-step as below on its half of the columns. The block walks every (query head of
+ * (trade_put / trade_sync / trade_get: one named barrier a sub-step), so
+ * each then holds both and runs the rest of the sub-step as below on its
+ * half of the columns. The block walks every (query head of
  * the group, query block that sees its keys); per step, Q and dO (BLOCK_M
  * rows) and lse2 / D come to shared memory, and per sub-step of QS queries
  * each warp computes
@@ -139,7 +140,7 @@ static_assert(BN % 16 == 0 && KW * DS == NWARPS && (DS == 1 || DS == 2) && DC % 
 static_assert(BN % DQC == 0 && KW <= 15, "whole dQ chunks; a named barrier a key tile");
 static_assert(BM % QS == 0 && BM % 32 == 0, "whole sub-steps; dQ row tiles in pairs");
 static_assert(OFF_X % 4 == 0, "the exchange area is 16-byte aligned");
-static_assert(DS == 1 || NQH <= 2, "pair_trade: one exchange slot a sub-step of a step");
+static_assert(DS == 1 || NQH <= 2, "trade slots: one a sub-step of a step");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory beyond sm_90's 227 KB");
 
 /* ---- element I/O of the pre / post kernels (bwd_launch.cuh) ------------------ */
@@ -312,28 +313,45 @@ __device__ __forceinline__ void gemm_xty(float (*acc)[4][4], const float (*x)[4]
   }
 }
 
-/* DS = 2: the pair of warps of a key tile trades its halves of the scores,
- * `mine` (this warp's product: S^T at ds 0, dP^T at ds 1) for the partner's
- * (warp ^ 1) `theirs`, through exchange slot xp after the pair's named
- * barrier. Copies, not sums: both warps then hold the same bits of S^T and
- * dP^T. xp is the sub-step's parity: a step has at most two sub-steps
- * (static_assert above), one a slot, and steps are __syncthreads apart, so no
- * slot is rewritten before the partner has read it. Slot layout
- * [NWARPS][NQ][32 lanes] float4: every store and load phase is 512
- * contiguous bytes. (The barrier's id and a counter for xp kept in registers
- * spilled 4 - 8 bytes.) */
-__device__ __forceinline__ void pair_trade(const float (*mine)[4], float (*theirs)[4], int xp) {
-  const int warp = threadIdx.x >> 5;
-  float4 *x = tfb_smem + OFF_X / 4 + xp * NWARPS * NQ * 32 + (threadIdx.x & 31);
+/* DS = 2: the pair of warps of a key tile trades its halves of the scores:
+ * each warp computes one product (S^T at ds 0, dP^T at ds 1), puts it in its
+ * exchange slot, and after the pair's named barrier takes the partner's
+ * (warp ^ 1). Copies, not sums: both warps then hold the same bits of S^T
+ * and dP^T. Every warp passes the barrier at every sub-step, visible or not,
+ * at one call site (bar.sync is .aligned: the same instruction for every
+ * warp that reaches it; the first form, a barrier in each product's branch
+ * and only on visible sub-steps, ran correctly but compute-sanitizer
+ * racecheck reported hazards across the __syncthreads around it). Slot =
+ * the sub-step's parity: a slot is rewritten two sub-steps later, after the
+ * next pair barrier, which the partner reaches only once it has read it
+ * (and steps are __syncthreads apart). Slot layout [NWARPS][NQ][32 lanes]
+ * float4: every store and load phase is 512 contiguous bytes. */
+__device__ __forceinline__ float4 *trade_slot(int xp, int warp) {
+  return tfb_smem + OFF_X / 4 + (xp * NWARPS + warp) * NQ * 32 + (threadIdx.x & 31);
+}
+
+__device__ __forceinline__ void trade_put(const float (*mine)[4], int xp) {
+  float4 *x = trade_slot(xp, threadIdx.x >> 5);
 #pragma unroll
   for (int nq = 0; nq < NQ; ++nq)
-    x[(warp * NQ + nq) * 32] = make_float4(mine[nq][0], mine[nq][1], mine[nq][2], mine[nq][3]);
-  bar_sync_named(1 + warp / DS, 32 * DS);
+    x[nq * 32] = make_float4(mine[nq][0], mine[nq][1], mine[nq][2], mine[nq][3]);
+}
+
+__device__ __forceinline__ void trade_get(float (*theirs)[4], int xp) {
+  const float4 *x = trade_slot(xp, (threadIdx.x >> 5) ^ 1);
 #pragma unroll
   for (int nq = 0; nq < NQ; ++nq) {
-    const float4 v = x[((warp ^ 1) * NQ + nq) * 32];
+    const float4 v = x[nq * 32];
     theirs[nq][0] = v.x, theirs[nq][1] = v.y, theirs[nq][2] = v.z, theirs[nq][3] = v.w;
   }
+}
+
+__device__ __forceinline__ void trade_sync(void) {
+#if SDPA_TF32_TRADE_BLOCK_SYNC
+  __syncthreads();
+#else
+  bar_sync_named(1 + (threadIdx.x >> 5) / DS, 32 * DS);
+#endif
 }
 
 /* dS of this warp (16 keys from row16, QS queries from q, in sp) to the
@@ -447,6 +465,57 @@ __device__ __forceinline__ void load_step(const sdpa_bwd_sm80_params *prm, int h
   cp_async_commit();
 }
 
+/* Sub-step qh of a step (queries m0 + qh QS .., this warp's 16 keys from
+ * n0 + row16, query head hh): S^T and dP^T (DS = 2: one each, traded), P and
+ * dS, dS to shared memory, dV and dK of this warp's columns. */
+__device__ __forceinline__ void sub_step(const sdpa_bwd_sm80_params *prm, const int feat,
+                                         const tfb_lane *L, float (*dk)[4][4], float (*dv)[4][4],
+                                         int qh, int n0, int m0, int row16, int hh, int step_full,
+                                         int sq, int sk, int off) {
+  const int b = blockIdx.z, tid = threadIdx.x;
+  const float *s_lse = (const float *)tfb_smem + OFF_L, *s_dd = s_lse + BM;
+  const int ql = qh * QS; /* first query of the sub-step, in the tile */
+  const int j_lo = n0 + row16, q0 = m0 + ql, lane = tid & 31;
+  float ss[NQ][4], sp[NQ][4];
+  const int vis = step_full ? 2 : tile_vis(prm, j_lo, 16, q0, QS, sq, sk, off);
+  if (DS > 1) { /* one product a warp, then traded (both warps of a pair share vis) */
+    if (vis) {
+      if (L->ds == 0) {
+        gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
+        trade_put(ss, qh & 1);
+      } else {
+        gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
+        trade_put(sp, qh & 1);
+      }
+    }
+    trade_sync();
+    if (vis) {
+      if (L->ds == 0) trade_get(sp, qh & 1);
+      else trade_get(ss, qh & 1);
+    }
+  }
+  if (!vis) {
+    /* no (query, key) pair of this sub-step is visible (the far side
+       of a causal diagonal): dS = 0, nothing for dK / dV */
+    tfb_zero(sp, NQ);
+    if (L->ds == 0) store_ds(sp, ql, row16, L);
+    return;
+  }
+  const int full = vis == 2;
+  if (DS == 1) {
+    gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
+    gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
+  }
+  /* P (in ss) and dS (in sp); the unmasked plain tiles get their own
+     straight-line code (feature flags as literals) */
+  const float *lse_t = s_lse + ql, *dd_t = s_dd + ql;
+  bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
+                 full, 0);
+  if (L->ds == 0) store_ds(sp, ql, row16, L); /* (DS = 2: both hold the same dS) */
+  gemm_xty(dv, ss, OFF_DO / 4 + ql * CPR, L);
+  gemm_xty(dk, sp, OFF_Q / 4 + ql * CPR, L);
+}
+
 /* dK and dV of key block nblk (kv head blockIdx.y, batch blockIdx.z), and
  * its share of dQ (into slice blockIdx.x of the accumulator when
  * deterministic, else slice 0: prm->slice is 0). feat: the score features
@@ -459,7 +528,6 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
   const int n0 = nblk * BN, row16 = warp / DS * 16; /* this warp's 16 keys */
   const int sq = (int)sdpa_seq_len_q(p, b), sk = (int)sdpa_seq_len_k(p, b);
   const int off = p->bottom_right ? sk - sq : 0;
-  float *s_lse = (float *)tfb_smem + OFF_L, *s_dd = s_lse + BM;
 
   float dk[DCW][4][4], dv[DCW][4][4];
 #pragma unroll
@@ -486,38 +554,16 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
       __syncthreads();     /* ... for every thread; the last dQ product is done with dS */
       const int step_full = tile_vis(prm, n0, BN, m0, BM, sq, sk, off) == 2;
 
+      /* DS = 2 unrolls the sub-steps (rolled, the feature kernels spilled 8
+         bytes); the others keep them rolled */
+      if (DS > 1) {
+#pragma unroll
+        for (int qh = 0; qh < NQH; ++qh)
+          sub_step(prm, feat, L, dk, dv, qh, n0, m0, row16, hh, step_full, sq, sk, off);
+      } else {
 #pragma unroll 1
-      for (int qh = 0; qh < NQH; ++qh) {
-        const int ql = qh * QS; /* first query of the sub-step, in the tile */
-        const int j_lo = n0 + row16, q0 = m0 + ql, lane = tid & 31;
-        float ss[NQ][4], sp[NQ][4];
-        const int vis = step_full ? 2 : tile_vis(prm, j_lo, 16, q0, QS, sq, sk, off);
-        if (!vis) {
-          /* no (query, key) pair of this sub-step is visible (the far side
-             of a causal diagonal): dS = 0, nothing for dK / dV */
-          tfb_zero(sp, NQ);
-          if (L->ds == 0) store_ds(sp, ql, row16, L);
-          continue;
-        }
-        const int full = vis == 2;
-        if (DS == 1) {
-          gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
-          gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
-        } else if (L->ds == 0) { /* one product a warp, then traded */
-          gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
-          pair_trade(ss, sp, qh & 1);
-        } else {
-          gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
-          pair_trade(sp, ss, qh & 1);
-        }
-        /* P (in ss) and dS (in sp); the unmasked plain tiles get their own
-           straight-line code (feature flags as literals) */
-        const float *lse_t = s_lse + ql, *dd_t = s_dd + ql;
-        bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
-                       full, 0);
-        if (L->ds == 0) store_ds(sp, ql, row16, L); /* (DS = 2: both hold the same dS) */
-        gemm_xty(dv, ss, OFF_DO / 4 + ql * CPR, L);
-        gemm_xty(dk, sp, OFF_Q / 4 + ql * CPR, L);
+        for (int qh = 0; qh < NQH; ++qh)
+          sub_step(prm, feat, L, dk, dv, qh, n0, m0, row16, hh, step_full, sq, sk, off);
       }
       __syncthreads(); /* dS complete; Q / dO / lse2 / D free */
 
