@@ -347,11 +347,7 @@ __device__ __forceinline__ void trade_get(float (*theirs)[4], int xp) {
 }
 
 __device__ __forceinline__ void trade_sync(void) {
-#if SDPA_TF32_TRADE_BLOCK_SYNC
-  __syncthreads();
-#else
   bar_sync_named(1 + (threadIdx.x >> 5) / DS, 32 * DS);
-#endif
 }
 
 /* dS of this warp (16 keys from row16, QS queries from q, in sp) to the
