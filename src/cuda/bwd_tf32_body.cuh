@@ -6,10 +6,10 @@
  * kernels.def) defines
  *   SDPA_KERNEL_NAME  token, e.g. bwd_tf32_hd128
  *   SDPA_DTYPE        F32 (the only one)
- *   SDPA_HDIM         head-dim bucket (multiple of 32, <= 128)
+ *   SDPA_HDIM         head-dim bucket (multiple of 32, <= 256)
  *   SDPA_BLOCK_M      query rows per step (a multiple of 32 and of QS below)
- *   SDPA_BLOCK_N      keys per block, 16 per warp
- *   SDPA_WARPS        BLOCK_N / 16
+ *   SDPA_BLOCK_N      keys per block, 16 per warp or pair of warps
+ *   SDPA_WARPS        BLOCK_N / 16 (one warp a key tile), or twice that (a pair)
  * and includes this file, which defines through bwd_launch.cuh (shared with
  * the 16-bit backward: pre, post, the host side, the four main kernels)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
@@ -22,7 +22,13 @@
  * Structure (as bwd_sm80_body.cuh): one block per (key block, kv head,
  * batch); K and V of BLOCK_N keys stay in shared memory, warp w owns keys
  * 16w .. 16w + 15 and keeps their dK and dV in registers (fp32, 32-column
- * groups in the output layout below). The block walks every (query head of
+ * groups in the output layout below). Above d = 128 (DS = 2: dK + dV of 16
+ * keys would take 256 registers) a pair of warps owns 16 keys, each warp half
+ * of the dK / dV columns, and the pair splits the two score products: one
+ * computes S^T, the other dP^T, and they trade them through shared memory
+ * (trade_put / trade_sync / trade_get: one named barrier a sub-step), so
+ * each then holds both and runs the rest of the sub-step as below on its
+ * half of the columns. The block walks every (query head of
  * the group, query block that sees its keys); per step, Q and dO (BLOCK_M
  * rows) and lse2 / D come to shared memory, and per sub-step of QS queries
  * each warp computes
@@ -36,7 +42,8 @@
  * x one 32-column group) and adds it to the fp32 workspace with
  * red.global.add.v4 (deterministic: into the block's own slice). The next
  * step's Q / dO / lse2 / D load (cp.async) under that dQ product (one
- * buffer: fp32 tiles at d = 128 leave no room for two next to K, V and dS).
+ * buffer: fp32 tiles at d = 128 and 256 leave no room for two next to K, V
+ * and dS).
  * A warp's sub-step with no visible (query, key) pair (the far side of a
  * causal diagonal) only writes zeros to dS, and dQ skips 64-key chunks with
  * no visible pair; mask math runs only on sub-steps that are partly visible.
@@ -85,6 +92,7 @@
 #include "bwd_sm80_common.cuh"
 #include "fwd_sm80_common.cuh" /* SDPA_LOG2E */
 #include "ptx_atomic.cuh"
+#include "ptx_bar.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
 #include "ptx_tf32.cuh"
@@ -95,14 +103,19 @@
 /* ---- geometry ---------------------------------------------------------------- */
 enum {
   HD = SDPA_HDIM, BM = SDPA_BLOCK_M, BN = SDPA_BLOCK_N, /* bucket, queries a step, keys a block */
-  NWARPS = SDPA_WARPS, NTHREADS = NWARPS * 32,          /* one warp a 16-key row tile */
+  NWARPS = SDPA_WARPS, NTHREADS = NWARPS * 32,
+  KW = BN / 16,           /* key tiles of 16 (warp groups) */
+  DS = NWARPS / KW,       /* warps a key tile: 2 above d = 128, where one warp's dK + dV
+                             would take 256 registers; each then keeps half of the
+                             columns, and the pair splits S^T / dP^T (one each) */
   QS = HD > 64 ? 16 : 32, /* queries per sub-step: dK + dV take 32 registers per
-                             32 columns, so the widest buckets get the smallest S^T */
+                             32 columns a warp, so the widest buckets get the smallest S^T */
   NQ = QS / 8,            /* n8 tiles of S^T / dP^T, k8 steps of dV / dK */
   NQH = BM / QS,          /* sub-steps per step */
   KS = HD / 16,           /* k16 steps of S^T / dP^T */
   KC = 4,                 /* k16 steps per accumulation chunk (64 elements, 24 mma) */
   DC = HD / 32,           /* 32-column groups of dK / dV / dQ */
+  DCW = DC / DS,          /* ... of dK / dV a warp */
   CPR = HD / 4,           /* 16-byte chunks per Q / dO / K / V shared row */
   QT = BM / 16,           /* dQ: m16 row tiles */
   RT = HD <= 64 && QT / 2 * DC >= NWARPS ? 2 : 1, /* dQ: row tiles a warp takes (2: each K
@@ -117,12 +130,17 @@ enum {
   OFF_S = OFF_DO + BM * HD, /* dS [BM][BN] */
   OFF_L = OFF_S + BM * BN,  /* lse2 [BM], D [BM] */
   OFF_PLAN = OFF_L + 2 * BM, /* the key block's first / last query block (int) */
-  SMEM_BYTES = (OFF_PLAN + 4) * 4
+  OFF_X = OFF_PLAN + 4,     /* DS = 2: S^T / dP^T traded by the pairs, [2][NWARPS][NQ][32] float4 */
+  SMEM_BYTES = (OFF_X + (DS > 1 ? 2 * NWARPS * NQ * 32 * 4 : 0)) * 4
 };
 
-static_assert(HD % 32 == 0 && HD <= 128, "head-dim bucket must be a multiple of 32, <= 128");
-static_assert(BN == 16 * NWARPS && BN % DQC == 0, "16 keys a warp; whole dQ chunks");
+static_assert(HD % 32 == 0 && HD <= 256, "head-dim bucket must be a multiple of 32, <= 256");
+static_assert(BN % 16 == 0 && KW * DS == NWARPS && (DS == 1 || DS == 2) && DC % DS == 0,
+              "16 keys a warp group of 1 or 2 warps, whole column groups each");
+static_assert(BN % DQC == 0 && KW <= 15, "whole dQ chunks; a named barrier a key tile");
 static_assert(BM % QS == 0 && BM % 32 == 0, "whole sub-steps; dQ row tiles in pairs");
+static_assert(OFF_X % 4 == 0, "the exchange area is 16-byte aligned");
+static_assert(DS == 1 || NQH <= 2, "trade slots: one a sub-step of a step");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory beyond sm_90's 227 KB");
 
 /* ---- element I/O of the pre / post kernels (bwd_launch.cuh) ------------------ */
@@ -173,12 +191,14 @@ __device__ __forceinline__ void tfb_zero(float (*x)[4], const int n) {
  * xy: chunk of logical chunk t (within a group of 8; 4 + t is xy ^ 4) in
  * rows g, g + 8 of any 8-aligned row block (the X Y^T loads); b0 / b1: chunk g of
  * rows 2t / 2t + 1 of an 8-row block, row offset included (the B loads of
- * X^T Y and dS K); swg: the swizzle key of row g (dS loads). */
+ * X^T Y and dS K); swg: the swizzle key of row g (dS loads); ds: which warp
+ * of its key tile's pair (DS = 2) this is. */
 typedef struct tfb_lane {
   int g, t;
   int xy;
   int b0, b1;
   int swg;
+  int ds;
 } tfb_lane;
 
 /* Chunk k (row k / CPR, chunk column k % CPR) of a [*, d] fp32 tile (`stride`
@@ -254,11 +274,12 @@ __device__ __forceinline__ void gemm_xyt(float (*c)[4], int x, int y, const tfb_
   }
 }
 
-/* ---- dV, dK: acc[DC][4][4] += X^T Y --------------------------------------------- */
+/* ---- dV, dK: acc[DCW][4][4] += X^T Y -------------------------------------------- */
 
 /* X^T = this warp's [16 keys, QS queries] accumulator (P or dS), Y = the QS
- * rows of a [*, HD] tile from chunk row y (the sub-step's first query); the
- * sub-step's product goes to a zeroed tile per 32-column group, then to acc. */
+ * rows of a [*, HD] tile from chunk row y (the sub-step's first query), its
+ * 32-column groups DCW ds .. DCW (ds + 1) - 1 (this warp's share of dK / dV);
+ * the sub-step's product goes to a zeroed tile per group, then to acc. */
 __device__ __forceinline__ void gemm_xty(float (*acc)[4][4], const float (*x)[4], int y,
                                          const tfb_lane *L) {
   uint32_t ah[NQ][4], al[NQ][4];
@@ -269,15 +290,16 @@ __device__ __forceinline__ void gemm_xty(float (*acc)[4][4], const float (*x)[4]
     tf32_split(x[nq][1], &ah[nq][2], &al[nq][2]);
     tf32_split(x[nq][3], &ah[nq][3], &al[nq][3]);
   }
+  const int yc = y + (DS > 1 ? L->ds * DCW * 8 : 0);
 #pragma unroll
-  for (int dc = 0; dc < DC; ++dc) {
+  for (int dc = 0; dc < DCW; ++dc) {
     float part[4][4];
     tfb_zero(part, 4);
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       uint32_t h[2][4], l[2][4]; /* rows 2t, 2t + 1: k = t, t + 4 */
-      tfb_split4(tfb_smem[y + nq * 8 * CPR + dc * 8 + L->b0], h[0], l[0]);
-      tfb_split4(tfb_smem[y + nq * 8 * CPR + dc * 8 + L->b1], h[1], l[1]);
+      tfb_split4(tfb_smem[yc + nq * 8 * CPR + dc * 8 + L->b0], h[0], l[0]);
+      tfb_split4(tfb_smem[yc + nq * 8 * CPR + dc * 8 + L->b1], h[1], l[1]);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const uint32_t bh[2] = {h[0][c], h[1][c]}, bl[2] = {l[0][c], l[1][c]};
@@ -289,6 +311,43 @@ __device__ __forceinline__ void gemm_xty(float (*acc)[4][4], const float (*x)[4]
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[dc][c][e] += part[c][e];
   }
+}
+
+/* DS = 2: the pair of warps of a key tile trades its halves of the scores:
+ * each warp computes one product (S^T at ds 0, dP^T at ds 1), puts it in its
+ * exchange slot, and after the pair's named barrier takes the partner's
+ * (warp ^ 1). Copies, not sums: both warps then hold the same bits of S^T
+ * and dP^T. Every warp passes the barrier at every sub-step, visible or not,
+ * at one call site (bar.sync is .aligned: the same instruction for every
+ * warp that reaches it; the first form, a barrier in each product's branch
+ * and only on visible sub-steps, ran correctly but compute-sanitizer
+ * racecheck reported hazards across the __syncthreads around it). Slot =
+ * the sub-step's parity: a slot is rewritten two sub-steps later, after the
+ * next pair barrier, which the partner reaches only once it has read it
+ * (and steps are __syncthreads apart). Slot layout [NWARPS][NQ][32 lanes]
+ * float4: every store and load phase is 512 contiguous bytes. */
+__device__ __forceinline__ float4 *trade_slot(int xp, int warp) {
+  return tfb_smem + OFF_X / 4 + (xp * NWARPS + warp) * NQ * 32 + (threadIdx.x & 31);
+}
+
+__device__ __forceinline__ void trade_put(const float (*mine)[4], int xp) {
+  float4 *x = trade_slot(xp, threadIdx.x >> 5);
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq)
+    x[nq * 32] = make_float4(mine[nq][0], mine[nq][1], mine[nq][2], mine[nq][3]);
+}
+
+__device__ __forceinline__ void trade_get(float (*theirs)[4], int xp) {
+  const float4 *x = trade_slot(xp, (threadIdx.x >> 5) ^ 1);
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq) {
+    const float4 v = x[nq * 32];
+    theirs[nq][0] = v.x, theirs[nq][1] = v.y, theirs[nq][2] = v.z, theirs[nq][3] = v.w;
+  }
+}
+
+__device__ __forceinline__ void trade_sync(void) {
+  bar_sync_named(1 + (threadIdx.x >> 5) / DS, 32 * DS);
 }
 
 /* dS of this warp (16 keys from row16, QS queries from q, in sp) to the
@@ -402,6 +461,57 @@ __device__ __forceinline__ void load_step(const sdpa_bwd_sm80_params *prm, int h
   cp_async_commit();
 }
 
+/* Sub-step qh of a step (queries m0 + qh QS .., this warp's 16 keys from
+ * n0 + row16, query head hh): S^T and dP^T (DS = 2: one each, traded), P and
+ * dS, dS to shared memory, dV and dK of this warp's columns. */
+__device__ __forceinline__ void sub_step(const sdpa_bwd_sm80_params *prm, const int feat,
+                                         const tfb_lane *L, float (*dk)[4][4], float (*dv)[4][4],
+                                         int qh, int n0, int m0, int row16, int hh, int step_full,
+                                         int sq, int sk, int off) {
+  const int b = blockIdx.z, tid = threadIdx.x;
+  const float *s_lse = (const float *)tfb_smem + OFF_L, *s_dd = s_lse + BM;
+  const int ql = qh * QS; /* first query of the sub-step, in the tile */
+  const int j_lo = n0 + row16, q0 = m0 + ql, lane = tid & 31;
+  float ss[NQ][4], sp[NQ][4];
+  const int vis = step_full ? 2 : tile_vis(prm, j_lo, 16, q0, QS, sq, sk, off);
+  if (DS > 1) { /* one product a warp, then traded (both warps of a pair share vis) */
+    if (vis) {
+      if (L->ds == 0) {
+        gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
+        trade_put(ss, qh & 1);
+      } else {
+        gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
+        trade_put(sp, qh & 1);
+      }
+    }
+    trade_sync();
+    if (vis) {
+      if (L->ds == 0) trade_get(sp, qh & 1);
+      else trade_get(ss, qh & 1);
+    }
+  }
+  if (!vis) {
+    /* no (query, key) pair of this sub-step is visible (the far side
+       of a causal diagonal): dS = 0, nothing for dK / dV */
+    tfb_zero(sp, NQ);
+    if (L->ds == 0) store_ds(sp, ql, row16, L);
+    return;
+  }
+  const int full = vis == 2;
+  if (DS == 1) {
+    gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
+    gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
+  }
+  /* P (in ss) and dS (in sp); the unmasked plain tiles get their own
+     straight-line code (feature flags as literals) */
+  const float *lse_t = s_lse + ql, *dd_t = s_dd + ql;
+  bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
+                 full, 0);
+  if (L->ds == 0) store_ds(sp, ql, row16, L); /* (DS = 2: both hold the same dS) */
+  gemm_xty(dv, ss, OFF_DO / 4 + ql * CPR, L);
+  gemm_xty(dk, sp, OFF_Q / 4 + ql * CPR, L);
+}
+
 /* dK and dV of key block nblk (kv head blockIdx.y, batch blockIdx.z), and
  * its share of dQ (into slice blockIdx.x of the accumulator when
  * deterministic, else slice 0: prm->slice is 0). feat: the score features
@@ -411,14 +521,13 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, warp = tid >> 5;
   const int hk = blockIdx.y, b = blockIdx.z;
-  const int n0 = nblk * BN, row16 = warp * 16;
+  const int n0 = nblk * BN, row16 = warp / DS * 16; /* this warp's 16 keys */
   const int sq = (int)sdpa_seq_len_q(p, b), sk = (int)sdpa_seq_len_k(p, b);
   const int off = p->bottom_right ? sk - sq : 0;
-  float *s_lse = (float *)tfb_smem + OFF_L, *s_dd = s_lse + BM;
 
-  float dk[DC][4][4], dv[DC][4][4];
+  float dk[DCW][4][4], dv[DCW][4][4];
 #pragma unroll
-  for (int dc = 0; dc < DC; ++dc) tfb_zero(dk[dc], 4), tfb_zero(dv[dc], 4);
+  for (int dc = 0; dc < DCW; ++dc) tfb_zero(dk[dc], 4), tfb_zero(dv[dc], 4);
 
   int m_lo = 0, m_hi = -1;
   if (bwd_query_blocks(sq, sk, off, prm->wl, prm->wr, n0, BN, BM, &m_lo, &m_hi)) {
@@ -441,30 +550,16 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
       __syncthreads();     /* ... for every thread; the last dQ product is done with dS */
       const int step_full = tile_vis(prm, n0, BN, m0, BM, sq, sk, off) == 2;
 
+      /* DS = 2 unrolls the sub-steps (rolled, the feature kernels spilled 8
+         bytes); the others keep them rolled */
+      if (DS > 1) {
+#pragma unroll
+        for (int qh = 0; qh < NQH; ++qh)
+          sub_step(prm, feat, L, dk, dv, qh, n0, m0, row16, hh, step_full, sq, sk, off);
+      } else {
 #pragma unroll 1
-      for (int qh = 0; qh < NQH; ++qh) {
-        const int ql = qh * QS; /* first query of the sub-step, in the tile */
-        const int j_lo = n0 + row16, q0 = m0 + ql, lane = tid & 31;
-        float ss[NQ][4], sp[NQ][4];
-        const int vis = step_full ? 2 : tile_vis(prm, j_lo, 16, q0, QS, sq, sk, off);
-        if (!vis) {
-          /* no pair of this warp's sub-step is visible (the far side of a
-             causal diagonal): dS = 0, nothing for dK / dV */
-          tfb_zero(sp, NQ);
-          store_ds(sp, ql, row16, L);
-          continue;
-        }
-        const int full = vis == 2;
-        gemm_xyt(ss, OFF_K / 4 + (row16 + L->g) * CPR, OFF_Q / 4 + (ql + L->g) * CPR, L);
-        gemm_xyt(sp, OFF_V / 4 + (row16 + L->g) * CPR, OFF_DO / 4 + (ql + L->g) * CPR, L);
-        /* P (in ss) and dS (in sp); the unmasked plain tiles get their own
-           straight-line code (feature flags as literals) */
-        const float *lse_t = s_lse + ql, *dd_t = s_dd + ql;
-        bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
-                       full, 0);
-        store_ds(sp, ql, row16, L);
-        gemm_xty(dv, ss, OFF_DO / 4 + ql * CPR, L);
-        gemm_xty(dk, sp, OFF_Q / 4 + ql * CPR, L);
+        for (int qh = 0; qh < NQH; ++qh)
+          sub_step(prm, feat, L, dk, dv, qh, n0, m0, row16, hh, step_full, sq, sk, off);
       }
       __syncthreads(); /* dS complete; Q / dO / lse2 / D free */
 
@@ -487,10 +582,10 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
     float *dkr = (float *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
     float *dvr = (float *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
 #pragma unroll
-    for (int dc = 0; dc < DC; ++dc)
+    for (int dc = 0; dc < DCW; ++dc)
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
-        const int col = dc * 32 + 8 * L->t + 4 * h2, e = 2 * hf + h2;
+        const int col = (L->ds * DCW + dc) * 32 + 8 * L->t + 4 * h2, e = 2 * hf + h2;
         const float s = prm->dk_scale;
         const float kx[4] = {dk[dc][0][e] * s, dk[dc][1][e] * s, dk[dc][2][e] * s, dk[dc][3][e] * s};
         const float vx[4] = {dv[dc][0][e], dv[dc][1][e], dv[dc][2][e], dv[dc][3][e]};
@@ -521,6 +616,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   L.xy = L.t ^ L.swg;
   L.b0 = 2 * L.t * CPR + (L.g ^ tfb_swz(2 * L.t));
   L.b1 = (2 * L.t + 1) * CPR + (L.g ^ tfb_swz(2 * L.t + 1));
+  L.ds = DS > 1 ? (threadIdx.x >> 5) % DS : 0;
   /* the key length is re-read at each test (not kept in a register across
      the block: at d = 128 that one register spilled) */
 #pragma unroll 1

@@ -46,6 +46,7 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "fwd_sm90_common.cuh"
+#include "ptx_bar.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
 #include "ptx_mma.cuh"      /* pack_*x2 */
 #include "ptx_tma.cuh"
@@ -158,7 +159,7 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
                    : "memory");
   }
   fence_proxy_async();
-  named_barrier(1 + NWG, 128 * NWG);
+  bar_sync_named(1 + NWG, 128 * NWG);
 }
 
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
@@ -255,7 +256,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
     }
   }
-  named_barrier(1 + cw, 128);
+  bar_sync_named(1 + cw, 128);
   const int r0 = kb->m0 + 64 * cw, d = kb->d;
   uint16_t *og = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, kb->b, r0, kb->hh);
   for (int idx = ctid & 127; idx < 64 * (HD / 8); idx += 128) {

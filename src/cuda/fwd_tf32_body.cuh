@@ -59,9 +59,11 @@
  *
  * Structure (as fwd_sm80_body.cuh): one block = BLOCK_M query rows of one
  * (batch, head); each warp owns BLOCK_M / WARPS rows (1 or 2 m16 tiles), or
- * above d = 128 (DSPLIT = 2) a pair of warps shares 16 rows, both computing
- * S and the softmax and each half of O's columns (O alone would take 128
- * registers a row tile at d = 256); Q,
+ * above d = 128 (DSPLIT = 2) a pair of warps shares 16 rows (O alone would
+ * take 128 registers a row tile at d = 256): each warp computes S over its
+ * half of the head dim, the pair trades the two partial tiles through
+ * shared memory (s_exchange: one named barrier a tile), and both then run
+ * the same softmax on the same S and each keeps half of O's columns; Q,
  * K and V tiles arrive by cp.async (zero-filled past d and past the sequence),
  * V of tile n loading under Q K^T of n and K of n+1 under P V of n; Q stays
  * in shared memory (fp32 Q fragments would take 2x the registers of the
@@ -82,6 +84,7 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "fwd_sm80_common.cuh"
+#include "ptx_bar.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
 #include "ptx_tf32.cuh"
@@ -102,33 +105,42 @@ enum {
   BN = SDPA_BLOCK_N,         /* keys per tile */
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
-  /* warps that share a row group, each with 1 / DSPLIT of O's columns and
-   * the whole S (Q K^T done DSPLIT times): at d = 256 one row tile's O alone
-   * is 128 registers, and the whole of it spilled at every tile size */
+  /* warps that share a row group: each contracts 1 / DSPLIT of the head dim
+   * for S (the partial tiles traded through shared memory, so every warp of
+   * the group then holds the same whole S) and keeps 1 / DSPLIT of O's
+   * columns: at d = 256 one row tile's O alone is 128 registers, and with
+   * all of it one warp spilled at every tile size */
   DSPLIT = HD > 128 ? 2 : 1,
   MW = BM * DSPLIT / NWARPS, /* query rows per warp */
   MT = MW / 16,              /* m16 tiles per warp */
   NT = BN / 8,               /* n8 tiles of S (and k8 steps of P V) */
   KS = HD / 16,              /* k16 steps of Q K^T (two k8 mma steps each) */
+  KSW = KS / DSPLIT,         /* ... of one warp (its share of the head dim) */
   KC = 4,                    /* k16 steps per S accumulation chunk (64 elements, 24 mma) */
   DC = HD / 32 / DSPLIT,     /* 32-column groups of O per warp */
   DT = DC * 4,               /* n8 tiles of O per warp: tile q of group dc is o[4 dc + q] */
   CPR = HD / 4,              /* 16-byte chunks per shared row */
   EPC = 4,                   /* elements per chunk */
-  CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32, /* lanes per row in load_tile */
+  CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : CPR <= 32 ? 32 : 64, /* threads per
+                                row in load_tile (d = 256: two warps) */
   LOAD_RPP = NTHREADS / CPRP, /* rows per load pass */
-  LOAD_PLAIN = CPR > 32,     /* d = 256: a row is more chunks than a warp has lanes */
+  LOAD_PLAIN = 0,            /* load_tile: never its plain loop (a division a chunk) */
   SMEM_Q = BM * HD * 4,
   SMEM_KV = BN * HD * 4,
-  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV /* Q | K | V */
+  XCH = MT * NT,             /* float4s of a warp's S tile per lane (S exchange) */
+  SMEM_X = DSPLIT > 1 ? NWARPS * XCH * 32 * 16 : 0, /* partial S of every warp */
+  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV + SMEM_X /* Q | K | V | partial S */
 };
 
 static_assert(HD % 32 == 0 && HD <= 256, "head-dim bucket must be a multiple of 32, <= 256");
 static_assert(MW % 16 == 0 && (MT == 1 || MT == 2), "each warp owns 16 or 32 rows");
-static_assert(NWARPS % DSPLIT == 0, "whole row groups of DSPLIT warps");
+static_assert(NWARPS % DSPLIT == 0 && NWARPS / DSPLIT <= 15, "whole row groups, one named barrier each");
+static_assert(KS % DSPLIT == 0 && (CPR / DSPLIT) % 8 == 0,
+              "head-dim shares of whole k16 steps and whole swizzle groups");
 static_assert(BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
 static_assert(BN % 8 == 0, "key tiles are whole n8 tiles");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory beyond sm_90's 227 KB");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
 
@@ -156,6 +168,8 @@ __device__ __forceinline__ int swz(int r, int c) { return c ^ tf_swz(r); }
 /* ---- S = Q K^T ----------------------------------------------------------------- */
 
 /* Per-lane view of the tiles: shared chunk arrays and this lane's offsets.
+ * q4 / k4 start at this warp's share of the head dim (chunk dh * CPR /
+ * DSPLIT of each row: a whole swizzle group, so the swizzle is unchanged);
  * qk0 / qk1: physical chunk (within its group of 8) of logical chunk 4 ks + t
  * for even / odd ks, in rows g and g + 8 of any 8-aligned row block (the
  * swizzle depends on row % 8 only); v0 / v1: chunk index of V[2t][g] and
@@ -168,7 +182,7 @@ typedef struct tf_lane {
   int v0, v1;
 } tf_lane;
 
-/* acc += Q K^T over k16 steps [ks0, ks1) of the head dim. */
+/* acc += Q K^T over k16 steps [ks0, ks1) of this warp's share of the head dim. */
 __device__ __forceinline__ void qk_steps(float (*acc)[NT][4], const tf_lane *L, int ks0,
                                          int ks1) {
 #pragma unroll
@@ -198,20 +212,45 @@ __device__ __forceinline__ void qk_steps(float (*acc)[NT][4], const tf_lane *L, 
   }
 }
 
-/* S = Q K^T for the K tile in shared memory, 64 head-dim elements per
- * round-toward-zero accumulation (see the error budget above). */
+/* S = Q K^T over this warp's share of the head dim (all of it unless
+ * DSPLIT > 1), 64 head-dim elements per round-toward-zero accumulation (see
+ * the error budget above). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], const tf_lane *L) {
 #pragma unroll
   for (int k = 0; k < S_ELEMS; ++k) *s_at(s, k) = 0.f;
-  qk_steps(s, L, 0, KS < KC ? KS : KC);
+  qk_steps(s, L, 0, KSW < KC ? KSW : KC);
 #pragma unroll
-  for (int c0 = KC; c0 < KS; c0 += KC) {
+  for (int c0 = KC; c0 < KSW; c0 += KC) {
     float part[MT][NT][4];
 #pragma unroll
     for (int k = 0; k < S_ELEMS; ++k) *s_at(part, k) = 0.f;
-    qk_steps(part, L, c0, c0 + KC < KS ? c0 + KC : KS);
+    qk_steps(part, L, c0, c0 + KC < KSW ? c0 + KC : KSW);
 #pragma unroll
     for (int k = 0; k < S_ELEMS; ++k) *s_at(s, k) += *s_at(part, k);
+  }
+}
+
+/* DSPLIT = 2: this warp's partial S to its slot of the exchange area, and
+ * its partner's (warp ^ 1, the other half of the head dim) added in, after
+ * the pair's named barrier (id bar). Both warps then hold the same bits (an
+ * fp32 sum of two terms does not depend on their order), so they agree on
+ * every row max, P and row sum. Slot layout [warp][XCH][32 lanes] float4:
+ * every store and load phase is 512 contiguous bytes. The slot is rewritten
+ * a tile later, after two __syncthreads, when the partner has long read it. */
+__device__ __forceinline__ void s_exchange(float (*s)[NT][4], float4 *x_mine,
+                                           const float4 *x_other, int bar) {
+#pragma unroll
+  for (int i = 0; i < XCH; ++i)
+    x_mine[i * 32] = make_float4(*s_at(s, 4 * i), *s_at(s, 4 * i + 1), *s_at(s, 4 * i + 2),
+                                 *s_at(s, 4 * i + 3));
+  bar_sync_named(bar, 32 * DSPLIT);
+#pragma unroll
+  for (int i = 0; i < XCH; ++i) {
+    const float4 v = x_other[i * 32];
+    *s_at(s, 4 * i) += v.x;
+    *s_at(s, 4 * i + 1) += v.y;
+    *s_at(s, 4 * i + 2) += v.z;
+    *s_at(s, 4 * i + 3) += v.w;
   }
 }
 
@@ -248,7 +287,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   extern __shared__ __align__(128) float4 smem[];
   const sdpa_fwd_sm80_params *prm = &prm_;
   const sdpa_problem *p = &prm->p;
-  const int tid = threadIdx.x, rgrp = (tid >> 5) / DSPLIT, g = (tid & 31) >> 2, t = tid & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, rgrp = warp / DSPLIT, dh = warp % DSPLIT;
+  const int g = (tid & 31) >> 2, t = tid & 3;
   fwd_block kb;
   if (!fwd_block_init(&kb, prm, BM)) return;
   fwd_block_rows(&kb, prm, BM, BN, MW, rgrp, g);
@@ -258,15 +298,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const uint32_t s_k = s_q + SMEM_Q;
   const uint32_t s_v = s_k + SMEM_KV;
   tf_lane L;
-  L.q4 = smem;
-  L.k4 = smem + BM * CPR;
+  L.q4 = smem + dh * (CPR / DSPLIT);
+  L.k4 = smem + BM * CPR + dh * (CPR / DSPLIT);
   L.v4 = smem + (BM + BN) * CPR;
   L.qrow = rgrp * MW + g;
-  L.dc0 = (tid >> 5) % DSPLIT * DC;
+  L.dc0 = dh * DC;
   L.qk0 = t ^ tf_swz(g);
   L.qk1 = (4 + t) ^ tf_swz(g);
   L.v0 = 2 * t * CPR + (g ^ tf_swz(2 * t));
   L.v1 = (2 * t + 1) * CPR + (g ^ tf_swz(2 * t + 1));
+  float4 *xs = smem + (SMEM_Q + 2 * SMEM_KV) / 16 + (tid & 31); /* exchange slots, this lane */
 
   /* (keys, d) views of this kv head; Q from the block's first row */
   const float *kg = (const float *)p->k + sdpa_kv_offset_seq(p, p->k_st, kb.b, 0, kb.hk);
@@ -294,6 +335,8 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
     float s[MT][NT][4];
     gemm_qk(s, &L);
+    if (DSPLIT > 1) /* partial over half the head dim: add the partner's */
+      s_exchange(s, xs + warp * XCH * 32, xs + (warp ^ 1) * XCH * 32, 1 + rgrp);
     scores_pre(s, prm, !prm->fold);
     scores_post(s, prm, &kb, n0, t, n0 < kb.lo1 || n0 + BN > kb.hi0);
     softmax_step(s, o, row_max, row_sum, prm->exp_mul);
@@ -327,7 +370,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     for (int hf = 0; hf < 2; ++hf) {
       const int i = row_i(&kb.rw, mt, hf);
       if (i >= kb.sq) continue;
-      if (p->lse && t == 0 && L.dc0 == 0) /* one warp of the row group */
+      if (p->lse && t == 0 && dh == 0) /* one warp of the row group */
         p->lse[sdpa_lse_offset(p, kb.b, i, kb.hh)] = lse2[mt][hf] * SDPA_LN2;
       const float l = row_sum[mt][hf];
       const float inv = l > 0.f ? 1.f / l : 0.f;

@@ -4,7 +4,7 @@
  * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
  * complete on an mbarrier, the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
- * tensor cores, named barriers for one warpgroup, and setmaxnreg.
+ * tensor cores, and setmaxnreg (named barriers: ptx_bar.cuh).
  *
  * Contract: a tensor map (CUtensorMap, 64-byte aligned) lives in a
  * __grid_constant__ kernel parameter and is passed by its address. A phase of
@@ -67,11 +67,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
  * (the copy engine, wgmma) once a barrier follows. */
 __device__ __forceinline__ void fence_proxy_async(void) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* Barrier `id` (1..15; 0 is __syncthreads) over `count` threads. */
-__device__ __forceinline__ void named_barrier(uint32_t id, uint32_t count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 /* The warpgroup's per-thread register budget (a multiple of 8 in [24, 256]);

@@ -5,10 +5,10 @@
  * row is CPR 16-byte chunks and logical chunk c of row r lands at physical
  * chunk swz(r, c). A body includes it after its geometry and its swizzle,
  * which define: NTHREADS; CPR; EPC (elements per 16-byte chunk); CPRP (CPR
- * rounded up to a power of two, at most 32: lanes per row in the lane
- * scheme) and LOAD_RPP = NTHREADS / CPRP; LOAD_PLAIN (1: the plain loop
- * where CPR does not divide the block); the element type tile_elem; and
- * int swz(int r, int c).
+ * rounded up to a power of two: threads per row in the lane scheme, at
+ * most 32, or whole warps dividing NTHREADS) and LOAD_RPP = NTHREADS / CPRP;
+ * LOAD_PLAIN (1: the plain loop where CPR does not divide the block); the
+ * element type tile_elem; and int swz(int r, int c).
  */
 #ifndef SDPA_TILE_LOAD_CUH
 #define SDPA_TILE_LOAD_CUH
@@ -17,8 +17,9 @@
 
 #include "ptx_cp_async.cuh"
 
-static_assert((CPRP >= CPR && CPRP <= 32) || (NTHREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
-              "load_tile: a row's chunks must fit the lanes of one warp");
+static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
+                  (NTHREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
+              "load_tile: a row's chunks must fit the lanes of one warp, or whole warps");
 
 /* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
  * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
@@ -27,7 +28,8 @@ static_assert((CPRP >= CPR && CPRP <= 32) || (NTHREADS % CPR == 0 && CPR <= 16) 
  * one 64-bit add per copy. (A plain i / CPR loop before 2026-11-21 cost 15%
  * at d = 128 and more at d = 256.) Buckets whose CPR divides the block
  * (16-bit d = 32, 64, 128) unroll fully; the others give a row CPRP lanes (CPR
- * rounded up to a power of two, the extra lanes idle) and unroll by 2
+ * rounded up to a power of two, the extra lanes idle; fp32 d = 256: 64, two
+ * warps a row) and unroll by 2
  * (LOAD_PLAIN, the sm80 _full variants: a plain loop):
  * fuller unrolling hoists offsets into registers the accumulators need
  * (ptxas: spills at d = 128 and 256 otherwise). */
@@ -66,8 +68,8 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     }
   } else {
     const int lane = tid & 31;
-    const int c = lane % CPRP;
-    const int r0 = (tid >> 5) * (32 / CPRP) + lane / CPRP;
+    const int c = CPRP > 32 ? tid % CPRP : lane % CPRP;
+    const int r0 = CPRP > 32 ? tid / CPRP : (tid >> 5) * (32 / CPRP) + lane / CPRP;
     if (CPRP != CPR && c >= CPR) return; /* idle lanes of a padded row */
     const int rem = d - c * EPC;
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;

@@ -7,25 +7,28 @@
  * gradients poisoned before every call, every element checked. out and lse
  * come from the CPU backend's fp32 forward (gpu/bwd_case.c). Each case also
  * asks sdpa_explain_bwd which row it gets: the bwd_tf32_ row of d's bucket,
- * or, for what those rows refuse (dropout, d above 128, rows not 16-byte
+ * or, for what those rows refuse (dropout, d above 256, rows not 16-byte
  * aligned), bwd_simt with the refusal reason on the tf32 row's line; the
  * fallback's result is checked too, at 1e-4 (its own accuracy is
  * test_gpu_simt's business).
  *
- * Matrix: d in {4, 32, 40, 64, 72, 96, 100, 128} causal or not, s_q != s_k
+ * Matrix: d in {4, 32, 40, 64, 72, 96, 100, 128, 136, 200, 256} causal or not, s_q != s_k
  * and lengths off the tile grid, causal in both alignments with s_q > s_k
  * (rows with no visible key) and s_q < s_k, windows, alibi [h] and [b, h],
  * softcap, explicit and negative scale, GQA 8:1, MQA, varlen with an empty
  * sequence and seqused_k, padded strides, one query, several key and query
  * blocks, long key / query ranges (the dQ and dK / dV accumulation chains),
- * deterministic mode (5 more runs bit for bit equal), and the refusals.
+ * deterministic mode (5 more runs bit for bit equal), and the refusals; above
+ * d = 128 (the row whose warp pairs trade S^T / dP^T) masks, GQA, varlen,
+ * alibi, softcap, long ranges and the deterministic mode again.
  *
  *   test_gpu_bwd_tf32 [NAME]   the matrix (or the cases whose name contains NAME)
  *   test_gpu_bwd_tf32 --small  one small problem per tf32 row (compute-sanitizer)
- *   test_gpu_bwd_tf32 --bench  fp32, b*s = 16k, h*d = 2048, d 64 / 128, s 1024 /
- *                              4096, causal 0 / 1: median ms and TFLOP/s
- *                              (2.5 x 4 b h s^2 d, halved causal) of the
- *                              dispatched row, atomic and deterministic dQ
+ *   test_gpu_bwd_tf32 --bench [D...]  fp32, b*s = 16k, h*d = 2048, d 64 / 128
+ *                              (or D...), s 1024 / 4096, causal 0 / 1: median
+ *                              ms and TFLOP/s (2.5 x 4 b h s^2 d, halved
+ *                              causal) of the dispatched row, atomic and
+ *                              deterministic dQ
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,15 +49,22 @@ static double worst[3]; /* largest relative error seen for dq, dk, dv on the tf3
 
 /* ---- checks ------------------------------------------------------------------------ */
 
-/* The first bwd_tf32_ row (registry order) whose bucket covers d; NULL if none. */
-static const char *tf32_row(int64_t d) {
+/* The first bwd_tf32_ row (registry order) whose bucket covers d, else the
+ * last one (the largest bucket: the row that declines a wider d); NULL if
+ * there is none. *covered says which. */
+static const char *tf32_row(int64_t d, int *covered) {
+  const char *last = NULL;
   for (int i = 0; i < sdpa_kernel_count(); ++i) {
     sdpa_kernel_info info;
-    if (sdpa_kernel_get(i, &info) == SDPA_OK && strncmp(info.name, "bwd_tf32_", 9) == 0 &&
-        info.max_head_dim >= d)
+    if (sdpa_kernel_get(i, &info) != SDPA_OK || strncmp(info.name, "bwd_tf32_", 9) != 0) continue;
+    last = info.name;
+    if (info.max_head_dim >= d) {
+      *covered = 1;
       return info.name;
+    }
   }
-  return NULL;
+  *covered = 0;
+  return last;
 }
 
 /* explain's selection: the tf32 row of d's bucket, or (refuse != NULL)
@@ -65,11 +75,12 @@ static void check_dispatch(const bcase *c, const bbufs *f, const char *refuse) {
   if (!TEST_EXPECT(sdpa_explain_bwd(&f->dev, buf, sizeof buf) == SDPA_OK, "%s: explain: %s",
                    c->name, sdpa_last_error()))
     return;
-  const char *row = tf32_row(c->d > 128 ? 128 : c->d);
+  int covered;
+  const char *row = tf32_row(c->d, &covered);
   if (!refuse) {
-    snprintf(want, sizeof want, "selected: %s\n", row ? row : "(no bwd_tf32 row)");
-    TEST_EXPECT(row && strncmp(buf, want, strlen(want)) == 0, "%s: expected %s:\n%s", c->name,
-                want, buf);
+    snprintf(want, sizeof want, "selected: %s\n", covered ? row : "(no bwd_tf32 row)");
+    TEST_EXPECT(covered && strncmp(buf, want, strlen(want)) == 0, "%s: expected %s:\n%s",
+                c->name, want, buf);
     return;
   }
   snprintf(want, sizeof want, "  %s ", row ? row : "bwd_tf32_");
@@ -129,14 +140,18 @@ static void small(void) {
   c = bwd_case("small_hd96_gqa_det", F32, 2, 4, 2, 70, 140, 80), c.alibi = 2, run(&c, 1, NULL);
   c = bwd_case("small_hd128_window", F32, 1, 2, 1, 90, 150, 128), c.wl = 30, c.wr = 7;
   c.softcap = 5.f, run(&c, 0, NULL);
+  c = bwd_case("small_hd256_causal_det", F32, 2, 2, 1, 70, 100, 200), c.causal = 1;
+  c.alibi = 1, run(&c, 1, NULL);
+  c = bwd_case("small_hd256_varlen_window", F32, 3, 2, 2, 50, 90, 256), c.varlen = 1;
+  c.wl = 20, c.wr = 3, run(&c, 0, NULL);
 }
 
 static void full(void) {
   const sdpa_dtype F32 = SDPA_DTYPE_F32;
   bcase c;
   /* every bucket and widths off it; s_q != s_k, lengths off the tile grid */
-  static const int64_t dims[8] = {4, 32, 40, 64, 72, 96, 100, 128};
-  for (int k = 0; k < 8; ++k)
+  static const int64_t dims[11] = {4, 32, 40, 64, 72, 96, 100, 128, 136, 200, 256};
+  for (int k = 0; k < 11; ++k)
     for (int causal = 0; causal < 2; ++causal) {
       c = bwd_case(causal ? "dsweep_causal" : "dsweep", F32, 2, 4, 2, 77, 131, dims[k]);
       c.causal = causal;
@@ -183,17 +198,41 @@ static void full(void) {
   c.wl = 40, c.wr = 10, run(&c, 5, NULL);
   c = bwd_case("determinism_d96_alibi", F32, 1, 2, 1, 130, 700, 96), c.alibi = 1;
   run(&c, 5, NULL);
+  /* above d = 128: warp pairs, each half of dK / dV, trading S^T / dP^T */
+  c = bwd_case("hd256_causal_br_sq_gt_sk", F32, 2, 4, 2, 150, 61, 256), c.causal = 1;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_causal_tl_sq_lt_sk", F32, 1, 2, 2, 40, 300, 224), c.causal = 1;
+  c.top_left = 1, run(&c, 0, NULL);
+  c = bwd_case("hd256_window", F32, 2, 2, 1, 200, 180, 256), c.wl = 40, c.wr = 3;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_gqa8_alibi", F32, 1, 8, 1, 90, 130, 256), c.alibi = 2, run(&c, 0, NULL);
+  c = bwd_case("hd256_mqa_softcap", F32, 1, 6, 1, 129, 64, 160), c.softcap = 3.f;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_varlen_causal", F32, 5, 4, 2, 90, 130, 256), c.varlen = 1, c.causal = 1;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_varlen_window_softcap_alibi", F32, 4, 2, 1, 100, 70, 192), c.varlen = 1;
+  c.wl = 9, c.wr = 2, c.softcap = 2.f, c.alibi = 1, c.top_left = 1, run(&c, 0, NULL);
+  c = bwd_case("hd256_scale_padded", F32, 2, 2, 1, 50, 60, 256), c.scale = -0.04f, c.pad = 16;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_multi_block_causal", F32, 1, 4, 2, 500, 450, 256), c.causal = 1;
+  run(&c, 0, NULL);
+  c = bwd_case("hd256_long_keys", F32, 1, 2, 1, 40, 4096, 256), run(&c, 0, NULL);
+  c = bwd_case("hd256_long_queries", F32, 1, 2, 2, 2048, 100, 256), run(&c, 0, NULL);
+  c = bwd_case("hd256_determinism_causal", F32, 2, 4, 2, 300, 700, 256), c.causal = 1;
+  run(&c, 5, NULL);
+  c = bwd_case("hd256_determinism_varlen_window", F32, 4, 4, 1, 200, 400, 256), c.varlen = 1;
+  c.wl = 40, c.wr = 10, run(&c, 5, NULL);
   /* what the tf32 rows refuse: bwd_simt runs it */
   c = bwd_case("refuse_dropout", F32, 1, 2, 2, 40, 50, 64), c.dropout = 0.2f;
   run(&c, 0, "dropout");
-  c = bwd_case("refuse_large_d", F32, 1, 2, 2, 20, 30, 160), run(&c, 0, "head dim");
+  c = bwd_case("refuse_large_d", F32, 1, 2, 2, 20, 30, 288), run(&c, 0, "head dim");
   c = bwd_case("refuse_unaligned", F32, 1, 2, 2, 40, 50, 6), c.contiguous = 1;
   run(&c, 0, "unaligned");
 }
 
 /* ---- timing -------------------------------------------------------------------------- */
 
-static void bench(void) {
+static void bench(int nd, const int64_t *ds) {
   const size_t n = (size_t)16384 * 2048; /* elements of each [b, s, h, d] tensor */
   float *host = malloc(n * sizeof(float));
   void *buf[9];
@@ -203,8 +242,8 @@ static void bench(void) {
   printf("bwd fp32 timing (b*s = 16k, h*d = 2048, median of 10; TFLOP/s = 2.5 x 4 b h s^2 d, "
          "halved causal)\n%4s %5s %3s %3s %6s %-16s %9s %7s %9s %7s\n", "d", "s", "h", "b",
          "causal", "kernel", "ms", "TFLOP/s", "det ms", "TFLOP/s");
-  static const int64_t ds[2] = {64, 128}, ss[2] = {1024, 4096};
-  for (int di = 0; di < 2; ++di)
+  static const int64_t ss[2] = {1024, 4096};
+  for (int di = 0; di < nd; ++di)
     for (int si = 0; si < 2; ++si)
       for (int causal = 0; causal < 2; ++causal) {
         const int64_t d = ds[di], s = ss[si], h = 2048 / d, b = 16384 / s;
@@ -238,7 +277,13 @@ int main(int argc, char **argv) {
   if (sdpa_cuda_available() == 0) {
     printf("no usable CUDA device: skipped\n");
   } else if (is_bench) {
-    bench();
+    int64_t ds[8] = {64, 128};
+    int nd = 0;
+    for (int k = 2; k < argc && nd < 8; ++k) {
+      const int64_t d = atoll(argv[k]);
+      if (d > 0 && d <= 2048 && 2048 % d == 0) ds[nd++] = d; /* h = 2048 / d heads */
+    }
+    bench(nd ? nd : 2, ds);
   } else {
     only = is_small || argc < 2 ? NULL : argv[1];
     if (is_small)

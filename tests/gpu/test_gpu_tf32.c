@@ -16,7 +16,9 @@
  * lengths off the tile grid, GQA 4:1 and MQA, varlen with an empty sequence,
  * a sequence with no keys and seqused_k, windows, alibi [h] and [b, h],
  * softcap, an explicit scale, padded strides, 8192 keys (long accumulation),
- * d = 256 (its row splits O's columns over two warps) with masks and alibi.
+ * and above d = 128 (the row whose warp pairs split the head dim of Q K^T and
+ * trade the partial scores) masks in both alignments, windows, GQA / MQA,
+ * varlen, alibi, softcap, padded strides and long key ranges.
  *
  *   test_gpu_tf32 [NAME]     the whole matrix (or the cases whose name contains NAME)
  *   test_gpu_tf32 --small    one small problem per tf32 row (compute-sanitizer)
@@ -340,6 +342,15 @@ static void full(void) {
   c = mk("hd256_softcap_gqa", 2, 4, 1, 100, 200, 224), c.softcap = 4.f, c.causal = 1;
   c.top_left = 1, run_case(&c);
   c = mk("long_keys_d256", 1, 2, 1, 64, 8192, 256), run_case(&c);
+  c = mk("hd256_causal_br_sq_gt_sk", 2, 4, 4, 150, 61, 256), c.causal = 1, c.empty_rows = 1;
+  run_case(&c);
+  c = mk("hd256_alibi_mqa", 2, 6, 1, 90, 130, 256), c.alibi = 2, run_case(&c);
+  c = mk("hd256_window_tl", 1, 3, 1, 130, 200, 192), c.wl = 17, c.wr = 4, c.top_left = 1;
+  c.alibi = 1, run_case(&c);
+  c = mk("hd256_padded_scale", 2, 2, 2, 70, 90, 136), c.pad = 16, c.scale = -0.05f;
+  run_case(&c);
+  c = mk("hd256_varlen_causal_softcap", 5, 4, 2, 90, 150, 256), c.varlen = 1, c.causal = 1;
+  c.softcap = 6.f, c.empty_rows = 1, run_case(&c);
   /* what the tf32 rows refuse: fwd_simt runs it, the explain line says why */
   c = mk("refuse_bias", 1, 2, 2, 40, 50, 64), c.bias = 1, c.refuse = "bias", run_case(&c);
   c = mk("refuse_dropout", 1, 2, 2, 40, 50, 32), c.dropout = 0.2f, c.refuse = "dropout";
