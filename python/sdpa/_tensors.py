@@ -60,10 +60,6 @@ def is_torch(x):
     return _kind(x) == _TORCH
 
 
-def is_numpy(x):
-    return _kind(x) == _NUMPY
-
-
 def _invalid(msg):
     return SdpaError(_lib.SDPA_ERR_INVALID_ARGUMENT, msg)
 
@@ -135,10 +131,6 @@ def _numpy_code(x, name):
         if x.dtype.isnative:
             _NUMPY_CODES[x.dtype] = code
     return code
-
-
-def sdpa_dtype(x, name):
-    return _torch_code(x, name) if _kind(x) == _TORCH else _numpy_code(x, name)
 
 
 def device_of(x):

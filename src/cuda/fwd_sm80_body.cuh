@@ -482,15 +482,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     const int rem = d - c * 8;
     if (m0 + r >= sq || rem <= 0) continue;
     const uint4 v = *(const uint4 *)(smem + (r * CPR + swz(r, c)) * 16);
-    uint16_t *dst = og + (int64_t)r * p->o_st.ss + c * 8;
-    if (rem >= 8) {
-      *(uint4 *)dst = v;
-    } else { /* the head dim ends inside this chunk */
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 7; ++k)
-        if (k < rem) dst[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
-    }
+    store_chunk16(og + (int64_t)r * p->o_st.ss + c * 8, v, rem);
   }
 }
 

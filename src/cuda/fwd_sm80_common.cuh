@@ -82,6 +82,20 @@ __device__ __forceinline__ float fwd_f16_hi(uint32_t w) {
   return f;
 }
 
+/* A 16-byte chunk of 16-bit output elements to global memory: whole when
+ * rem >= 8, else its first rem elements (the head dim ends inside it).
+ * The output epilogue of the 16-bit forwards (sm80 and sm90). */
+__device__ __forceinline__ void store_chunk16(uint16_t *dst, uint4 v, int rem) {
+  if (rem >= 8) {
+    *(uint4 *)dst = v;
+    return;
+  }
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 7; ++k)
+    if (k < rem) dst[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
+}
+
 /* max / sum over the 4 lanes of a quad (the lanes that share an mma row). */
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -111,6 +111,18 @@ __device__ __forceinline__ uint32_t bar_vfull(uint32_t bars, int s) { return bar
 __device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) { return bars + 40 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return bars + 56 + 8 * s; }
 
+/* One K or V tile (rows row0.., kv head hk, batch b) into the stage at dst once
+ * its consumers freed it (the empty barrier's phase ph done), completing on
+ * the stage's full barrier. */
+__device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t dst, uint32_t full,
+                                             uint32_t empty, uint32_t ph, int row0, int hk,
+                                             int b) {
+  mbar_wait(empty, ph ^ 1u);
+  mbar_expect_tx(full, TILE_KV);
+#pragma unroll
+  for (int cb = 0; cb < NCB; ++cb) tma_load_4d(dst + cb * BN * ROWB, map, cb * 64, row0, hk, b, full);
+}
+
 /* The producer thread: Q once, then K and V of every key tile, each into its
  * stage once the consumers have freed it. */
 __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
@@ -131,18 +143,10 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
   for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
     const int s = it & 1;
     const uint32_t ph = (uint32_t)(it >> 1) & 1u;
-    mbar_wait(bar_kempty(bars, s), ph ^ 1u);
-    mbar_expect_tx(bar_kfull(bars, s), TILE_KV);
-#pragma unroll
-    for (int cb = 0; cb < NCB; ++cb)
-      tma_load_4d(base + OFF_K + s * TILE_KV + cb * BN * ROWB, &prm9->tk, cb * 64, k0 + n * BN, hk, b,
-                  bar_kfull(bars, s));
-    mbar_wait(bar_vempty(bars, s), ph ^ 1u);
-    mbar_expect_tx(bar_vfull(bars, s), TILE_KV);
-#pragma unroll
-    for (int cb = 0; cb < NCB; ++cb)
-      tma_load_4d(base + OFF_V + s * TILE_KV + cb * BN * ROWB, &prm9->tv, cb * 64, k0 + n * BN, hk, b,
-                  bar_vfull(bars, s));
+    load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), bar_kempty(bars, s),
+                 ph, k0 + n * BN, hk, b);
+    load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_KV, bar_vfull(bars, s), bar_vempty(bars, s),
+                 ph, k0 + n * BN, hk, b);
   }
 }
 
@@ -267,26 +271,18 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(addr));
-    uint16_t *dst = og + (int64_t)r * p->o_st.ss + c * 8;
-    if (rem >= 8) {
-      *(uint4 *)dst = v;
-    } else { /* the head dim ends inside this chunk */
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 7; ++k)
-        if (k < rem) dst[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
-    }
+    store_chunk16(og + (int64_t)r * p->o_st.ss + c * 8, v, rem);
   }
 }
 
-__device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params &prm, int drop) {
+__device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int drop) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   const uint32_t bars = base + OFF_BAR;
   const int tid = threadIdx.x, wg = tid >> 7;
   fwd_block kb;
-  if (!fwd_block_init(&kb, &prm.base, BM)) return;
+  if (!fwd_block_init(&kb, &prm->base, BM)) return;
   if (tid == 0) {
     mbar_init(bar_q(bars), 1);
 #pragma unroll
@@ -302,12 +298,12 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params &prm, int dr
   if (wg == 0) {
     SDPA_SETMAXNREG_DEC(24);
     if (tid == 0) {
-      fwd_block_rows(&kb, &prm.base, BM, BN, 16, 0, 0);
-      produce(&prm, &kb, base, bars);
+      fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
+      produce(prm, &kb, base, bars);
     }
   } else {
     SDPA_SETMAXNREG_INC(240);
-    consume(&prm, &kb, base, bars, wg - 1, tid - 128, drop);
+    consume(prm, &kb, base, bars, wg - 1, tid - 128, drop);
   }
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
@@ -318,12 +314,12 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params &prm, int dr
 /* Two kernels: without and with dropout (the plain one keeps its registers). */
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm90_params prm) {
-  fwd_sm90(prm, 0);
+  fwd_sm90(&prm, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm90_params prm) {
-  fwd_sm90(prm, 1);
+  fwd_sm90(&prm, 1);
 }
 
 /* ---- host launch -------------------------------------------------------------- */
