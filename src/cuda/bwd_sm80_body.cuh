@@ -73,45 +73,17 @@
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
 
-#define SDPA_BDT_IS_BF16_BF16 1
-#define SDPA_BDT_IS_BF16_F16 0
 #include "bwd_names.cuh"
+#include "bwd_elem16.cuh"
 #define SDPA_BWD_BIAS_SIBLING 1 /* the row's run hands bias problems to <row>_bias */
 
-#if SDPA_BPASTE(SDPA_BDT_IS_BF16_, SDPA_DTYPE)
+#if SDPA_BWD_IS_BF16
 #define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #define SDPA_MMA mma_m16n8k16_bf16
-#define SDPA_PACK pack_bf16x2
-#define SDPA_TO_F32 bwd_bf16_to_f32
 #else
 #define SDPA_BIAS_KIND 1 /* fp16 */
 #define SDPA_MMA mma_m16n8k16_f16
-#define SDPA_PACK pack_f16x2
-#define SDPA_TO_F32 bwd_f16_to_f32
 #endif
-#define SDPA_BELEM uint16_t
-
-/* ---- element I/O of the pre / post kernels (bwd_launch.cuh) ------------------ */
-__device__ __forceinline__ void bwd_ld8(const uint16_t *x, float *f) {
-  const uint4 v = *(const uint4 *)x;
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) f[2 * k] = SDPA_TO_F32(w[k]), f[2 * k + 1] = SDPA_TO_F32(w[k] >> 16);
-}
-
-__device__ __forceinline__ float bwd_ld1(const uint16_t *x, int k) { return SDPA_TO_F32(x[k]); }
-
-__device__ __forceinline__ void bwd_st8(uint16_t *x, const float *f, int n) {
-  const uint32_t w[4] = {SDPA_PACK(f[0], f[1]), SDPA_PACK(f[2], f[3]), SDPA_PACK(f[4], f[5]),
-                         SDPA_PACK(f[6], f[7])};
-  if (n >= 8) {
-    *(uint4 *)x = make_uint4(w[0], w[1], w[2], w[3]);
-  } else { /* the head dim ends inside this chunk */
-#pragma unroll
-    for (int k = 0; k < 7; ++k)
-      if (k < n) x[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
-  }
-}
 
 /* ---- geometry ---------------------------------------------------------------- */
 /* Shared memory of a block of bm-query steps: Q, dO double-buffered, K, V,
@@ -259,29 +231,6 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
   }
 }
 
-/* Dropout keep bits of one sub-step, one Philox call per (query, 8-key block)
- * for the whole warp: lane L evaluates query q0 + L against the warp's two
- * 8-key blocks (keys j_lo .. j_lo + 15, j_lo a multiple of 16) and returns
- * bit f (f < 8) / 8 + f: key j_lo + f / j_lo + 8 + f is kept. Element
- * (query q0 + c, key row r) then reads bit r of lane c's word by a shuffle:
- * 2 calls a lane instead of one a element (each call gives eight fields).
- * Made before the sub-step's S / dP products: its temporaries are dead by the
- * time the scores take their registers. */
-__device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_t bh, int q0,
-                                                  int j_lo, int lane) {
-  uint32_t bits = 0;
-#pragma unroll
-  for (int hb = 0; hb < 2; ++hb) {
-    const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(q0 + lane),
-                                           (uint32_t)((j_lo >> 3) + hb));
-#pragma unroll
-    for (int f = 0; f < 8; ++f)
-      bits |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) >= p->drop_threshold)
-              << (8 * hb + f);
-  }
-  return bits;
-}
-
 /* The bias tile of one step (queries m0 .. m0 + BM - 1, keys n0 .. n0 + BN -
  * 1 of head hh) into shared memory at sb: [BM][BN] 16-bit, chunks swizzled
  * by bswz, zero past sq / sk. By cp.async when every bias row is 16-byte
@@ -389,17 +338,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #pragma unroll 1
   for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; nblk += gridDim.x, more = det) {
   if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
-  const int n0 = nblk * BN;
-  const int sq = (int)sdpa_seq_len_q(p, b), sk = (int)sdpa_seq_len_k(p, b);
-  const int off = p->bottom_right ? sk - sq : 0;
-  const int group = prm->h_per_hk;
-  const int d = (int)p->d;
-  const int64_t q_start = sdpa_seq_q_start(p, b);
-
-  int m_lo = 0, m_hi = -1;
-  const int any = bwd_query_blocks(sq, sk, off, prm->wl, prm->wr, n0, BN, BM, &m_lo, &m_hi);
-  const int nm = any ? m_hi - m_lo + 1 : 0;
-  const int n_it = group * nm;
+  const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
+  const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off, m_lo = kf.m_lo, m_hi = kf.m_hi;
+  const int nm = kf.nm, n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
+  const int64_t q_start = kf.q_start;
 
   const uint32_t s_base = smem_u32(smem);
   const uint32_t s_k = s_base + OFF_K, s_v = s_base + OFF_V, s_s = s_base + OFF_S;
@@ -413,10 +355,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int c_row = (lane & 7) + (((lane >> 3) & 1) << 3), c_hi = lane >> 4; /* B^T (.trans) */
 
   float dk[DTW][4], dv[DTW][4];
-#pragma unroll
-  for (int dt = 0; dt < DTW; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
+  bwd_zero_acc(dk, DTW);
+  bwd_zero_acc(dv, DTW);
 
   if (n_it > 0) {
     const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk);
@@ -428,18 +368,12 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
     const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
     const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
-    const float *lse2_b = prm->lse2 + q_start, *dsum_b = prm->dsum + q_start;
     {
       const int hh = hk * group, m0 = m_lo * BM;
       bwd_load_tile(s_base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid);
       bwd_load_tile(s_base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid);
       if (feat == 2) bwd_bias_tile(s_base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
-      if (tid < BM) {
-        const int valid = m0 + tid < sq;
-        const int64_t r = hh * prm->total_q + m0 + tid;
-        s_lse[tid] = valid ? lse2_b[r] : INFINITY;
-        s_dd[tid] = valid ? dsum_b[r] : 0.f;
-      }
+      if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     }
     cp_async_commit();
 
@@ -468,11 +402,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
           bwd_bias_tile(s_base + OFF_B + (cur ^ 1) * SM_B, p, b, hh2, m02, n0, sq, sk,
                         prm->bias_aligned, tid);
         cp_async_commit();
-        if (tid < BM && m02 + tid < sq) {
-          const int64_t r = hh2 * prm->total_q + m02 + tid;
-          nl = lse2_b[r];
-          nd = dsum_b[r];
-        }
+        if (tid < BM) bwd_row_stats(prm, q_start, hh2, m02 + tid, sq, &nl, &nd);
       }
 
 #pragma unroll 1
@@ -611,36 +541,15 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int j = n0 + kw * 16 + g + hf * 8;
-    if (j >= fk) continue;
-    uint16_t *dkr = (uint16_t *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
-    uint16_t *dvr = (uint16_t *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
-#pragma unroll
-    for (int dt = 0; dt < DTW; ++dt) {
-      const int c = ds * HDW + dt * 8 + 2 * t;
-      const uint32_t kv = SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale);
-      const uint32_t vv = SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]);
-      if (c + 1 < d) {
-        *(uint32_t *)(dkr + c) = kv;
-        *(uint32_t *)(dvr + c) = vv;
-      } else if (c < d) {
-        dkr[c] = (uint16_t)kv;
-        dvr[c] = (uint16_t)vv;
-      }
-    }
-  }
+  for (int hf = 0; hf < 2; ++hf)
+    bwd_store_kv_row(prm, b, hk, n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, ds * HDW, hf, t);
   } /* key blocks */
 }
 
 #include "bwd_launch.cuh"
 
 #undef SDPA_BIAS_KIND
-#undef SDPA_BDT_IS_BF16_BF16
-#undef SDPA_BDT_IS_BF16_F16
 #undef SDPA_BWD_SMEM
 #undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA
-#undef SDPA_PACK
-#undef SDPA_TO_F32
-#undef SDPA_BELEM
+#include "bwd_elem16_undef.cuh"

@@ -16,6 +16,7 @@
 #ifndef SDPA_BWD_SM80_COMMON_CUH
 #define SDPA_BWD_SM80_COMMON_CUH
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,6 +117,51 @@ SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, in
   *m_hi = (int)hi;
   return 1;
 }
+
+#ifdef __CUDACC__
+/* A key block's frame, for both 16-bit bodies: keys n0 .. n0 + bn - 1 of
+ * sequence b, its lengths and causal alignment, the query blocks [m_lo,
+ * m_hi] (nm of them, bm rows each) that see those keys, and n_it = the
+ * (query head of the GQA group, query block) steps the block walks. */
+typedef struct bwd_kframe {
+  int n0, sq, sk, off, m_lo, m_hi, nm, n_it;
+  int64_t q_start;
+} bwd_kframe;
+
+__device__ __forceinline__ bwd_kframe bwd_kframe_make(const sdpa_bwd_sm80_params *prm, int b,
+                                                      int nblk, int bn, int bm) {
+  const sdpa_problem *p = &prm->p;
+  bwd_kframe f;
+  f.n0 = nblk * bn;
+  f.sq = (int)sdpa_seq_len_q(p, b);
+  f.sk = (int)sdpa_seq_len_k(p, b);
+  f.off = p->bottom_right ? f.sk - f.sq : 0;
+  f.q_start = sdpa_seq_q_start(p, b);
+  f.m_lo = 0;
+  f.m_hi = -1;
+  const int any = bwd_query_blocks(f.sq, f.sk, f.off, prm->wl, prm->wr, f.n0, bn, bm, &f.m_lo, &f.m_hi);
+  f.nm = any ? f.m_hi - f.m_lo + 1 : 0;
+  f.n_it = prm->h_per_hk * f.nm;
+  return f;
+}
+
+/* Zeroes n (a literal) m16n8 accumulator tiles. */
+__device__ __forceinline__ void bwd_zero_acc(float (*x)[4], const int n) {
+#pragma unroll
+  for (int j = 0; j < n; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[j][e] = 0.f;
+}
+
+/* lse2 and D of query row i of head hh (INFINITY and 0 past sq: the row's
+ * scores are masked). */
+__device__ __forceinline__ void bwd_row_stats(const sdpa_bwd_sm80_params *prm, int64_t q_start,
+                                              int hh, int i, int sq, float *l, float *dd) {
+  const int64_t r = q_start + hh * prm->total_q + i;
+  *l = i < sq ? prm->lse2[r] : INFINITY;
+  *dd = i < sq ? prm->dsum[r] : 0.f;
+}
+#endif
 
 /* ---- device conversions (no cuda_fp16.h: it is C++) ---------------------------- */
 #ifdef __CUDACC__

@@ -36,6 +36,12 @@
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
    SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED | SDPA_FEAT_BIAS | SDPA_FEAT_DBIAS)
 
+/* What the Hopper backward rows support (src/cuda/bwd_sm90_body.cuh; a
+ * bias / dbias goes to the sm80 rows after them). */
+#define SDPA_BWD_SM90_FEATURES                                                           \
+  (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
+   SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+
 /* What every decoding row supports (added by "decode": src/cuda/decode_*; the
  * rest: varlen, seqused_k, bias, dropout, probs, d_v != d, unaligned rows,
  * are refused). Dense problems reach these rows only with forced splits. */
@@ -75,6 +81,9 @@ extern "C" {
 #define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)               \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
+#define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)          \
+  sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
+  size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)            \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
@@ -94,6 +103,7 @@ extern "C" {
 #undef SDPA_FWD_KERNEL
 #undef SDPA_SM90_KERNEL
 #undef SDPA_BWD_KERNEL
+#undef SDPA_BWD_SM90_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
 #undef SDPA_TF32_KERNEL

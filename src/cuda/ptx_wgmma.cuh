@@ -53,6 +53,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 
 /* "%0, ..., %9" style operand lists: WG_S10(x) = %x0 .. %x9. */
 #define WG_S10(x) "%" #x "0, %" #x "1, %" #x "2, %" #x "3, %" #x "4, %" #x "5, %" #x "6, %" #x "7, %" #x "8, %" #x "9"
+#define WG_ACC_16 "{" WG_S10() ", %10, %11, %12, %13, %14, %15}"
 #define WG_ACC_32 "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", %30, %31}"
 #define WG_ACC_64                                                                           \
   "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", " WG_S10(4) ", " WG_S10(5) \
@@ -63,18 +64,23 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
   WG_S10(11) ", %120, %121, %122, %123, %124, %125, %126, %127}"
 #define WG_F4(d, j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
 #define WG_F16(d, j) WG_F4(d, (j)), WG_F4(d, (j) + 1), WG_F4(d, (j) + 2), WG_F4(d, (j) + 3)
+#define WG_OPS_16(d) WG_F16(d, 0)
 #define WG_OPS_32(d) WG_F16(d, 0), WG_F16(d, 4)
 #define WG_OPS_64(d) WG_OPS_32(d), WG_F16(d, 8), WG_F16(d, 12)
 #define WG_OPS_128(d) WG_OPS_64(d), WG_F16(d, 16), WG_F16(d, 20), WG_F16(d, 24), WG_F16(d, 28)
 
-/* d (+)= A B, A and B from shared memory, both K-major; scale_d = 0
- * overwrites d. wgmma_ss_m64n<N>_<ty>(d, desc_a, desc_b, scale_d). */
-#define WG_DEFINE_SS(N, TY, NACC, A0, A1, A2)                                                  \
-  __device__ __forceinline__ void wgmma_ss_m64n##N##_##TY(float (*d)[4], uint64_t da,         \
-                                                          uint64_t db, int scale_d) {          \
+/* d (+)= A B, A and B from shared memory; scale_d = 0 overwrites d.
+ * wgmma_ss_m64n<N>_<ty>(d, desc_a, desc_b, scale_d): both K-major;
+ * wgmma_sst_m64n<N>_<ty>: A K-major, B MN-major (imm-trans-b = 1: B stored
+ * with N contiguous; the backward's dV = P^T dO from a P^T tile);
+ * wgmma_sstt_m64n<N>_<ty>: both MN-major (imm-trans-a = 1 too: A stored with
+ * M contiguous; the backward's dQ = dS K from dS^T and K tiles). */
+#define WG_DEFINE_SS(NAME, N, TY, NACC, A0, A1, A2, TA, TB)                                    \
+  __device__ __forceinline__ void wgmma_##NAME##_m64n##N##_##TY(float (*d)[4], uint64_t da,   \
+                                                                uint64_t db, int scale_d) {    \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " A2 ", 0;\n"                               \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " "            \
-                 WG_ACC_##NACC ", " A0 ", " A1 ", p, 1, 1, 0, 0;\n}\n"                         \
+                 WG_ACC_##NACC ", " A0 ", " A1 ", p, 1, 1, " TA ", " TB ";\n}\n"               \
                  : WG_OPS_##NACC(d)                                                            \
                  : "l"(da), "l"(db), "r"(scale_d));                                           \
   }
@@ -93,8 +99,13 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
   }
 
 #define WG_DEFINE_TY(TY)                                                                       \
-  WG_DEFINE_SS(64, TY, 32, "%32", "%33", "%34")                                                \
-  WG_DEFINE_SS(128, TY, 64, "%64", "%65", "%66")                                               \
+  WG_DEFINE_SS(ss, 32, TY, 16, "%16", "%17", "%18", "0", "0")                                  \
+  WG_DEFINE_SS(ss, 64, TY, 32, "%32", "%33", "%34", "0", "0")                                  \
+  WG_DEFINE_SS(ss, 128, TY, 64, "%64", "%65", "%66", "0", "0")                                 \
+  WG_DEFINE_SS(sst, 64, TY, 32, "%32", "%33", "%34", "0", "1")                                 \
+  WG_DEFINE_SS(sst, 128, TY, 64, "%64", "%65", "%66", "0", "1")                                \
+  WG_DEFINE_SS(sstt, 64, TY, 32, "%32", "%33", "%34", "1", "1")                                \
+  WG_DEFINE_SS(sstt, 128, TY, 64, "%64", "%65", "%66", "1", "1")                               \
   WG_DEFINE_RS(64, TY, 32, "%32", "%33", "%34", "%35", "%36", "%37")                          \
   WG_DEFINE_RS(128, TY, 64, "%64", "%65", "%66", "%67", "%68", "%69")                         \
   WG_DEFINE_RS(256, TY, 128, "%128", "%129", "%130", "%131", "%132", "%133")
@@ -108,11 +119,13 @@ WG_DEFINE_TY(f16)
 #undef WG_OPS_128
 #undef WG_OPS_64
 #undef WG_OPS_32
+#undef WG_OPS_16
 #undef WG_F16
 #undef WG_F4
 #undef WG_ACC_128
 #undef WG_ACC_64
 #undef WG_ACC_32
+#undef WG_ACC_16
 #undef WG_S10
 
 #endif /* SDPA_PTX_WGMMA_CUH */

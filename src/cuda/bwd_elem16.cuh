@@ -1,0 +1,69 @@
+/*
+ * bwd_elem16.cuh - what the 16-bit backward bodies (bwd_sm80_body.cuh,
+ * bwd_sm90_body.cuh) share about their element type: SDPA_BWD_IS_BF16 (1
+ * for a BF16 row, 0 for F16), SDPA_PACK / SDPA_TO_F32 (two fp32 to a packed
+ * pair, one 16-bit value to fp32), SDPA_BELEM, and the element I/O that
+ * bwd_launch.cuh's pre / post kernels read (bwd_ld8, bwd_ld1, bwd_st8).
+ * Included once per instance, after bwd_names.cuh; bwd_elem16_undef.cuh
+ * #undef's its macros. No include guard: one body per translation unit.
+ */
+#define SDPA_BDT_IS_BF16_BF16 1
+#define SDPA_BDT_IS_BF16_F16 0
+#define SDPA_BWD_IS_BF16 SDPA_BPASTE(SDPA_BDT_IS_BF16_, SDPA_DTYPE)
+
+#if SDPA_BWD_IS_BF16
+#define SDPA_PACK pack_bf16x2
+#define SDPA_TO_F32 bwd_bf16_to_f32
+#else
+#define SDPA_PACK pack_f16x2
+#define SDPA_TO_F32 bwd_f16_to_f32
+#endif
+#define SDPA_BELEM uint16_t
+
+__device__ __forceinline__ void bwd_ld8(const uint16_t *x, float *f) {
+  const uint4 v = *(const uint4 *)x;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f[2 * k] = SDPA_TO_F32(w[k]), f[2 * k + 1] = SDPA_TO_F32(w[k] >> 16);
+}
+
+__device__ __forceinline__ float bwd_ld1(const uint16_t *x, int k) { return SDPA_TO_F32(x[k]); }
+
+__device__ __forceinline__ void bwd_st8(uint16_t *x, const float *f, int n) {
+  const uint32_t w[4] = {SDPA_PACK(f[0], f[1]), SDPA_PACK(f[2], f[3]), SDPA_PACK(f[4], f[5]),
+                         SDPA_PACK(f[6], f[7])};
+  if (n >= 8) {
+    *(uint4 *)x = make_uint4(w[0], w[1], w[2], w[3]);
+  } else { /* the head dim ends inside this chunk */
+#pragma unroll
+    for (int k = 0; k < 7; ++k)
+      if (k < n) x[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
+  }
+}
+
+/* Key row j of dK (times dk_scale) and dV from a warp's accumulators in the
+ * m16n8 layout (row g + 8 hf of the warp's 16; columns col0 + 8 dt + 2 t, + 1
+ * for dt < ntiles, a literal), clipped to the head dim; nothing for j >= fk
+ * (the sequence's full key length: rows past seqused_k get their zeros). */
+__device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_sm80_params *prm, int b, int hk,
+                                                 int j, int fk, float (*dk)[4], float (*dv)[4],
+                                                 const int ntiles, int col0, int hf, int t) {
+  const sdpa_problem *p = &prm->p;
+  if (j >= fk) return;
+  const int d = (int)p->d;
+  uint16_t *dkr = (uint16_t *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
+  uint16_t *dvr = (uint16_t *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
+#pragma unroll
+  for (int dt = 0; dt < ntiles; ++dt) {
+    const int c = col0 + dt * 8 + 2 * t;
+    const uint32_t kv = SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale);
+    const uint32_t vv = SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]);
+    if (c + 1 < d) {
+      *(uint32_t *)(dkr + c) = kv;
+      *(uint32_t *)(dvr + c) = vv;
+    } else if (c < d) {
+      dkr[c] = (uint16_t)kv;
+      dvr[c] = (uint16_t)vv;
+    }
+  }
+}

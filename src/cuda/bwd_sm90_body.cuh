@@ -1,0 +1,440 @@
+/*
+ * bwd_sm90_body.cuh - the Hopper backward (sm_90a: wgmma), fp16 / bf16,
+ * written once and specialized by the preprocessor. An instance (generated
+ * by CMake from a SDPA_BWD_SM90_KERNEL row of kernels.def) defines
+ *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_bf16_hd128
+ *   SDPA_DTYPE        BF16 or F16
+ *   SDPA_HDIM         head-dim bucket: 64, 128 or 256
+ *   SDPA_BLOCK_M      query rows per step (= SDPA_BLOCK_N: one tile shape)
+ *   SDPA_BLOCK_N      keys per block: 128 (two warpgroups of 64 keys) or 64
+ *                     (both warpgroups on the same 64 keys, each half of
+ *                     the dK / dV columns: d = 256)
+ *   SDPA_WARPS        8 (two warpgroups)
+ * and includes this file, which defines the kernels and
+ *   extern "C" SDPA_KERNEL_NAME##_run / _workspace
+ * through bwd_launch.cuh (the pre / post kernels and the host side, shared
+ * with the mma.sync backwards).
+ *
+ * The mma.sync backward's algorithm (bwd_sm80_body.cuh: one block per key
+ * block, K and V resident, the block walks the query blocks of every head
+ * of its GQA group; dK, dV in registers; dQ added to an fp32 accumulator)
+ * with the five products on the warpgroup tensor-core instructions:
+ *   dP^T = V dO^T, S^T = K Q^T   wgmma m64n<QS>, both operands from shared
+ *                                memory (K-major), 64 keys a warpgroup
+ *   dV += P^T dO, dK += dS^T Q   wgmma m64n<HDW>, A = P^T / dS^T from the
+ *                                registers the scores came out in (each
+ *                                warp's 16 keys: the m16n8 layout is the A
+ *                                fragment), B = dO / Q read N-major
+ *   dQ = dS K                    wgmma m64n<DQN>, A = dS^T and B = K both
+ *                                read MN-major from shared memory
+ * Each warp owns 16 keys exactly as in the mma.sync kernel, so the
+ * elementwise middle is bwd_scores.cuh's code unchanged (masks, softcap,
+ * alibi, dropout recomputed from Philox).
+ * Tiles are copied by cp.async (every thread; Q / dO double-buffered, the
+ * next step's under this one) into the 128-byte swizzle the wgmma
+ * descriptors read: a [rows, d] tile is d / 64 blocks of [rows][64], chunk c
+ * of row r at chunk c ^ (r % 8), bases 1024-byte aligned. Generic-proxy
+ * writes (cp.async, the dS^T stores) are fenced to the async proxy before
+ * the barrier that precedes the wgmma reading them.
+ * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
+ * window in both alignments, alibi, softcap, dropout, GQA / MQA,
+ * deterministic mode (bwd_sm80_common.cuh's dQ slices). Bias / dbias go to
+ * the sm80 rows after this one in the registry.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "../error.h"
+#include "../problem.h"
+#include "../registry.h"
+#include "bwd_scores.cuh"
+#include "bwd_sm80_common.cuh"
+#include "fwd_sm80_common.cuh" /* SDPA_LOG2E */
+#include "ptx_atomic.cuh"
+#include "ptx_cp_async.cuh"
+#include "ptx_ldmatrix.cuh" /* smem_u32 */
+#include "ptx_mma.cuh"      /* pack_*x2 */
+#include "ptx_tma.cuh"      /* fence_proxy_async */
+#include "ptx_wgmma.cuh"
+
+#include "bwd_names.cuh"
+#include "bwd_elem16.cuh"
+
+#if SDPA_BWD_IS_BF16
+#define SDPA_TY bf16
+#else
+#define SDPA_TY f16
+#endif
+/* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
+ * queries per sub-step (S^T / dP^T are m64n<qs>) and dQ columns per product
+ * (m64n<dqn>) of the plain kernel and of the feature / deterministic ones,
+ * whose extra live values would spill at the plain kernel's sizes (ptxas,
+ * bench/NOTES.md). */
+#if SDPA_HDIM <= 64
+#define SDPA_HDW 64
+enum { QS = 64, QS_FD = 64, DQN = 64, DQN_FD = 64 };
+#elif SDPA_HDIM <= 128
+#define SDPA_HDW 128
+enum { QS = 64, QS_FD = 32, DQN = 64, DQN_FD = 64 };
+#else
+#define SDPA_HDW 128
+enum { QS = 32, QS_FD = 32, DQN = 128, DQN_FD = 128 };
+#endif
+#define SDPA_WG(kind, n) SDPA_BPASTE(SDPA_BPASTE(wgmma_##kind##_m64n, n), SDPA_BPASTE(_, SDPA_TY))
+
+enum {
+  HD = SDPA_HDIM,
+  BM = SDPA_BLOCK_M,
+  BN = SDPA_BLOCK_N,
+  NTHREADS = SDPA_WARPS * 32,
+  KWG = BN / 64,    /* warpgroups along the keys */
+  DSG = 2 / KWG,    /* warpgroups along the dK / dV columns */
+  HDW = SDPA_HDW,
+  NQ = QS / 8,      /* n8 tiles of S^T / dP^T (at most) */
+  KS = HD / 16,     /* k16 steps over the head dim */
+  MS = QS / 16,     /* k16 steps over a sub-step's queries (at most) */
+  DTW = HDW / 8,    /* n8 tiles of dK / dV */
+  DQT = DQN > DQN_FD ? DQN / 8 : DQN_FD / 8, /* n8 tiles of a dQ product (at most) */
+  ROWB = 128,       /* bytes of a swizzled row */
+  TILE = BM * HD * 2,
+  SM_S = BN * BM * 2,
+  OFF_Q = 0,        /* Q [2][tile], dO [2][tile], K, V, dS^T, (d split) P^T, lse2 / D [4][BM] */
+  OFF_DO = 2 * TILE,
+  OFF_K = 4 * TILE,
+  OFF_V = 5 * TILE,
+  OFF_S = 6 * TILE,
+  OFF_P = OFF_S + SM_S,
+  OFF_L = OFF_P + (DSG == 2 ? SM_S : 0),
+  SMEM_BYTES = OFF_L + 16 * BM + 1024, /* + slack to align the base to 1024 */
+  /* tile_load.cuh's geometry */
+  CPR = HD / 8,
+  EPC = 8,
+  CPRP = CPR,
+  LOAD_RPP = NTHREADS / CPRP,
+  LOAD_PLAIN = 0
+};
+static_assert(NTHREADS == 256 && KWG * DSG == 2, "two warpgroups: keys x column splits");
+static_assert(BM == BN, "Q, dO, K and V tiles share one shape (tile_load's swz)");
+static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
+static_assert(QS >= QS_FD && BM % QS == 0 && QS_FD % 32 == 0, "sub-steps of 32-query halves");
+static_assert(DSG == 1 || (BM == 64 && HDW == 128), "d split: one 64-query step, 32 a warpgroup");
+static_assert((BM / 64) * (HD / DQN) % 2 == 0 && (BM / 64) * (HD / DQN_FD) % 2 == 0,
+              "dQ products: an even number, alternating warpgroups");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+
+typedef uint16_t tile_elem;
+/* tile_load.cuh's chunk index: its address (r CPR + swz) 16 is the 128-byte
+ * swizzle's (c / 8) BM 128 + r 128 + ((c % 8) ^ (r % 8)) 16. */
+__device__ __forceinline__ int swz(int r, int c) {
+  return (c >> 3) * BM * 8 + r * (8 - CPR) + ((c & 7) ^ (r & 7));
+}
+#include "tile_load.cuh"
+
+/* x, which the compiler cannot see through: values derived from it (the
+ * k-step descriptors) are computed where used, not hoisted out of the loops
+ * into registers for their whole life (32 registers of K / V descriptors
+ * at d = 128, which made the deterministic kernels spill). */
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
+  return x;
+}
+
+/* The descriptors: K-major (rows along M / N) and MN-major (rows along K,
+ * 64-column blocks lbo bytes apart). */
+__device__ __forceinline__ uint64_t desc_k(uint32_t a) { return wg_desc(a, 16, 1024); }
+__device__ __forceinline__ uint64_t desc_mn(uint32_t a, uint32_t lbo) { return wg_desc(a, lbo, 1024); }
+
+/* acc = X Y^T over the head dim for this warpgroup's 64 rows of the [BN, HD]
+ * tile at xa (K or V) and qs (a literal, 32 or 64) rows of the [BM, HD] tile
+ * at ya (Q or dO). */
+__device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa, uint32_t ya,
+                                                   const int qs) {
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
+    const uint64_t da = desc_k(xa + (ks >> 2) * BN * ROWB + koff);
+    const uint64_t db = desc_k(ya + (ks >> 2) * BM * ROWB + koff);
+    if (qs == 64)
+      SDPA_WG(ss, 64)(acc, da, db, ks > 0);
+    else
+      SDPA_WG(ss, 32)(acc, da, db, ks > 0);
+  }
+}
+
+/* acc += X^T T: X^T (this warpgroup's [64 keys, qs queries], packed A
+ * fragments xa[qs / 16][4]) times the qs rows of the [BM, HD] tile at ta
+ * (N-major, ta at the warpgroup's first column block). */
+__device__ __forceinline__ void wg_keys_by_cols(float (*acc)[4], const uint32_t (*xa)[4],
+                                                uint32_t ta, const int qs) {
+#pragma unroll
+  for (int ms = 0; ms < qs / 16; ++ms)
+    SDPA_WG(rs, SDPA_HDW)(acc, xa[ms], desc_mn(ta + ms * 16 * ROWB, BM * ROWB), 1);
+}
+
+/* acc += X^T T for a d split (d = 256): X^T the [64 keys, BM queries] tile
+ * at xs (P^T or dS^T, shared, K-major) times the [BM, HD] tile at ta (dO or
+ * Q, N-major, ta at the warpgroup's first column block). */
+__device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs, uint32_t ta) {
+#pragma unroll
+  for (int ks = 0; ks < BM / 16; ++ks)
+    SDPA_WG(sst, SDPA_HDW)(acc, desc_k(xs + (ks >> 2) * BN * ROWB + (ks & 3) * 32),
+                           desc_mn(ta + ks * 16 * ROWB, BM * ROWB), 1);
+}
+
+/* Scores of queries 16 ms .. 16 ms + 15 packed as A fragments, ms < qs / 16. */
+__device__ __forceinline__ void pack_frags(uint32_t (*a)[4], float (*x)[4], const int qs) {
+#pragma unroll
+  for (int ms = 0; ms < qs / 16; ++ms) {
+    a[ms][0] = SDPA_PACK(x[2 * ms][0], x[2 * ms][1]);
+    a[ms][1] = SDPA_PACK(x[2 * ms][2], x[2 * ms][3]);
+    a[ms][2] = SDPA_PACK(x[2 * ms + 1][0], x[2 * ms + 1][1]);
+    a[ms][3] = SDPA_PACK(x[2 * ms + 1][2], x[2 * ms + 1][3]);
+  }
+}
+
+/* The warp's packed P^T or dS^T fragments (keys 16 kw + g, + 8; queries
+ * qc .. qc + qs - 1) into a [BM / 64][BN][64] swizzled tile at ss. */
+__device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], int kw, int qc,
+                                         int g, int t, const int qs) {
+#pragma unroll
+  for (int ms = 0; ms < qs / 16; ++ms)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = kw * 16 + g + 8 * (e & 1), c = qc / 8 + 2 * ms + (e >> 1);
+      const uint32_t a = ss + (uint32_t)((c >> 3) * BN * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4) + 4 * t);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(da[ms][e]) : "memory");
+    }
+}
+
+/* dQ[64 rows of block rb, dqn (a literal, 64 or 128) columns of chunk cc]
+ * += dS K, added to the fp32 accumulator (rows past sq skipped). */
+__device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
+                                           uint32_t s_k, int rb, int cc, int m0, int sq,
+                                           int64_t q_start, int hh, int wq, int g, int t,
+                                           const int dqn) {
+  float acc[DQT][4];
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < BN / 16; ++ks) {
+    const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
+    const uint64_t db = desc_mn(s_k + cc * (dqn / 64) * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
+    if (dqn == 128)
+      SDPA_WG(sstt, 128)(acc, da, db, ks > 0);
+    else
+      SDPA_WG(sstt, 64)(acc, da, db, ks > 0);
+  }
+  wg_commit();
+  wg_wait0();
+  wg_fence_acc(acc, dqn / 8);
+  /* (red.global.add.v4 after a lane-pair exchange, one 16-byte reduction a
+   * tile instead of two 8-byte ones, measured 2-5% slower: bench/NOTES.md) */
+  const sdpa_problem *p = &prm->p;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
+    if (i >= sq) continue;
+    float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
+                 ((q_start + i) * p->h + hh) * HD + cc * dqn + 2 * t;
+#pragma unroll
+    for (int j = 0; j < dqn / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
+  }
+}
+
+/* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
+/* feat (0 plain, 1 softcap / alibi / dropout) and det (deterministic: walk
+ * this block's key blocks) are literals at each kernel (bwd_launch.cuh). */
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
+                                         const int det) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  float *s_lse = (float *)(smem + (base - smem_u32(smem)) + OFF_L); /* [2][BM] */
+  float *s_dd = s_lse + 2 * BM;                                     /* [2][BM] */
+  const sdpa_problem *p = &prm->p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int kwg = wg % KWG, dsg = wg / KWG; /* key block, column split of the warpgroup */
+  const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
+  const int qs = feat || det ? QS_FD : QS, dqn = feat && det ? DQN_FD : DQN; /* literals */
+  const int hk = blockIdx.y, b = blockIdx.z;
+  const int fk = (int)bwd_full_len_k(p, b);
+  const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
+#pragma unroll 1
+  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; nblk += gridDim.x, more = det) {
+  if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
+  const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
+  const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off, m_lo = kf.m_lo, m_hi = kf.m_hi;
+  const int n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
+  const int64_t q_start = kf.q_start;
+
+  float dk[DTW][4], dv[DTW][4];
+  bwd_zero_acc(dk, DTW);
+  bwd_zero_acc(dv, DTW);
+
+  if (n_it > 0) {
+    load_tile(s_k, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk), p->k_st.ss,
+              BN, sk - n0, d, tid, p->k);
+    load_tile(s_v, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk), p->v_st.ss,
+              BN, sk - n0, d, tid, p->v);
+    const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
+    const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
+    const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
+    {
+      const int hh = hk * group, m0 = m_lo * BM;
+      load_tile(base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid, p->q);
+      load_tile(base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid, p->dout);
+      if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
+    }
+    cp_async_commit();
+
+    const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
+    const int j_lo = n0 + kw * 16;
+    const uint32_t k_wg = s_k + kwg * 64 * ROWB, v_wg = s_v + kwg * 64 * ROWB; /* A rows */
+    const uint32_t col0 = (uint32_t)(dsg * (HDW / 64) * BM * ROWB); /* dK / dV column block */
+
+    int hh = hk * group, mb = m_lo; /* this step's query head and block: (head, block) order */
+#pragma unroll 1
+    for (int it = 0; it < n_it; ++it) {
+      const int cur = it & 1, m0 = mb * BM;
+      const int wrap = mb == m_hi, hh2 = hh + wrap, mb2 = wrap ? m_lo : mb + 1; /* next step */
+      const uint32_t s_q = base + OFF_Q + cur * TILE, s_do = base + OFF_DO + cur * TILE;
+      cp_async_wait_all(); /* Q / dO of this step landed (and K / V on the first) */
+      fence_proxy_async(); /* ... visible to wgmma once the barrier passes */
+      __syncthreads();     /* ... for every thread; everyone is done with the other buffers */
+
+      /* prefetch the next step's Q / dO (cp.async) and lse2 / D (registers; by
+         cp.async instead, the plain d = 128 kernel spilled) */
+      float nl = INFINITY, nd = 0.f;
+      if (it + 1 < n_it) {
+        const int m02 = mb2 * BM;
+        load_tile(base + OFF_Q + (cur ^ 1) * TILE, q_b + m02 * qss + hh2 * qsh, qss, BM, sq - m02,
+                  d, tid, p->q);
+        load_tile(base + OFF_DO + (cur ^ 1) * TILE, do_b + m02 * dss + hh2 * dsh, dss, BM,
+                  sq - m02, d, tid, p->dout);
+        cp_async_commit();
+        if (tid < BM) bwd_row_stats(prm, q_start, hh2, m02 + tid, sq, &nl, &nd);
+      }
+      const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
+                       (int64_t)n0 + BN - 1 - m0 <= whi;
+
+      if (DSG == 2) {
+        /* d split (d = 256): the warpgroups share the 64 keys and split the
+           step's 64 queries for S^T / dP^T (no product twice), exchange P^T
+           and dS^T through shared memory, then each does dV / dK for its
+           half of the columns from the shared tiles */
+        const int q0 = m0 + wg * 32, qc = wg * 32;
+        float sp[4][4], ss[4][4];
+        wg_fence();
+        wg_rows_by_queries(sp, opaque_u32(v_wg), s_do + qc * ROWB, 32);
+        wg_rows_by_queries(ss, opaque_u32(k_wg), s_q + qc * ROWB, 32);
+        wg_commit();
+        const uint32_t keep = feat && prm->has_dropout
+                                  ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
+                                  : 0u;
+        wg_wait0();
+        wg_fence_acc(sp, 4);
+        wg_fence_acc(ss, 4);
+        bwd_p_ds_forms(ss, sp, 4, prm, s_lse + cur * BM + qc, s_dd + cur * BM + qc, b, hh, j_lo,
+                       q0, lane, sq, sk, off, keep, feat, full, 1);
+        uint32_t pa[2][4], da[2][4];
+        pack_frags(pa, ss, 32);
+        pack_frags(da, sp, 32);
+        store_ds(s_p, pa, kw, qc, g, t, 32);
+        store_ds(s_s, da, kw, qc, g, t, 32);
+        fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
+        __syncthreads();
+        wg_fence_acc(dv, DTW);
+        wg_fence_acc(dk, DTW);
+        wg_fence();
+        wg_keys_by_cols_ss(dv, s_p, s_do + col0);
+        wg_keys_by_cols_ss(dk, s_s, s_q + col0);
+        wg_commit(); /* dq_product's wait covers these */
+#pragma unroll 1
+        for (int u = wg; u < HD / dqn; u += 2)
+          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), 0, u, m0, sq, q_start, hh, wq, g, t, dqn);
+        wg_fence_acc(dv, DTW);
+        wg_fence_acc(dk, DTW);
+      } else {
+#pragma unroll 1
+        for (int qh = 0; qh < BM / qs; ++qh) {
+          const int q0 = m0 + qh * qs; /* first query of the sub-step */
+          const uint32_t qrow = (uint32_t)(qh * qs * ROWB);
+          /* dP^T = V dO^T and S^T = K Q^T for the warpgroup's 64 keys x qs queries */
+          float sp[NQ][4], ss[NQ][4];
+          wg_fence();
+          wg_rows_by_queries(sp, opaque_u32(v_wg), s_do + qrow, qs);
+          wg_rows_by_queries(ss, opaque_u32(k_wg), s_q + qrow, qs);
+          wg_commit();
+          uint32_t keep[QS / 32]; /* dropout's Philox bits while the products run */
+#pragma unroll
+          for (int h2 = 0; h2 < qs / 32; ++h2)
+            keep[h2] = feat && prm->has_dropout
+                           ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0 + 32 * h2, j_lo, lane)
+                           : 0u;
+          wg_wait0();
+          wg_fence_acc(sp, qs / 8);
+          wg_fence_acc(ss, qs / 8);
+
+          /* P (times keep / (1 - p)) in ss, dS in sp: bwd_scores.cuh, 32 queries at a time */
+          {
+            const float *lse_t = s_lse + cur * BM + qh * qs, *dd_t = s_dd + cur * BM + qh * qs;
+#pragma unroll
+            for (int h2 = 0; h2 < qs / 32; ++h2)
+              bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2, dd_t + 32 * h2, b,
+                             hh, j_lo, q0 + 32 * h2, lane, sq, sk, off, keep[h2], feat, full, 1);
+          }
+          uint32_t pa[MS][4], da[MS][4];
+          pack_frags(pa, ss, qs);
+          pack_frags(da, sp, qs);
+          if (dsg == 0) store_ds(s_s, da, kw, qh * qs, g, t, qs); /* for dQ = dS K */
+
+          /* dV += Pdrop^T dO, dK += dS^T Q (this warpgroup's columns) */
+          wg_fence_acc(dv, DTW);
+          wg_fence_acc(dk, DTW);
+          wg_fence();
+          wg_keys_by_cols(dv, pa, s_do + col0 + qrow, qs);
+          wg_keys_by_cols(dk, da, s_q + col0 + qrow, qs);
+          wg_commit();
+          wg_wait0();
+          wg_fence_acc(dv, DTW);
+          wg_fence_acc(dk, DTW);
+        }
+        fence_proxy_async(); /* the dS^T stores, for the dQ products' reads */
+        __syncthreads();
+
+        /* dQ[BM, HD] += dS K: products of 64 rows x dqn columns, alternating warpgroups */
+#pragma unroll 1
+        for (int u = wg; u < (BM / 64) * (HD / dqn); u += 2)
+          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), u % (BM / 64), u / (BM / 64), m0, sq, q_start, hh, wq, g, t, dqn);
+      }
+
+      if (it + 1 < n_it && tid < BM) {
+        s_lse[(cur ^ 1) * BM + tid] = nl;
+        s_dd[(cur ^ 1) * BM + tid] = nd;
+      }
+      hh = hh2;
+      mb = mb2;
+    }
+  }
+
+  /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+    bwd_store_kv_row(prm, b, hk, n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, dsg * HDW, hf, t);
+  } /* key blocks */
+#else
+  (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
+  (void)feat;
+  (void)det;
+#endif
+}
+
+#include "bwd_launch.cuh"
+
+#undef SDPA_WG
+#undef SDPA_HDW
+#undef SDPA_TY
+#include "bwd_elem16_undef.cuh"
