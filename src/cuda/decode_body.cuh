@@ -22,14 +22,18 @@
  * at cache_seqlens[b] + i for the cache layout) goes through shared memory
  * into mma fragments once. The split's 16-key tiles are dealt round-robin
  * to the warps; each warp streams its own tiles through a private
- * two- or three-stage cp.async ring (K and V of a tile in one group), so the main
- * loop has no block barrier, and keeps its own online softmax (S = Q K^T
+ * two- or three-stage ring, so the main loop has no block barrier, and keeps
+ * its own online softmax (S = Q K^T
  * and O += P V on mma.sync m16n8k16, fp32). Latency is what this kernel
  * fights: the prologue has Q's loads (16-byte vectors), the first tiles'
  * page lookups and their copies all in flight at once; in the loop a tile's
  * copies are issued before the wait for the oldest tile (a full ring in
  * flight) and the page lookup for the tile after it one iteration early
- * (tiles never cross a page). At the end the
+ * (tiles never cross a page). The ring is filled by the copy engine on
+ * sm_90a (one bulk copy a K or V row, a lane each, completing on the stage's
+ * mbarrier) and by cp.async elsewhere (K and V of a tile in one group);
+ * shared K / V rows are padded by 16 bytes instead of swizzled, so a row
+ * lands as it is in memory and ldmatrix is still conflict-free. At the end the
  * warps' (O, lse) merge exactly in shared memory (sdpa_merge_total); one
  * split writes out and lse, several write fp32 partials that merge.cu
  * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
@@ -51,6 +55,18 @@
 #include "ptx_griddep.cuh"
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
+#include "ptx_tma.cuh"
+
+/* The copy engine fills the rings on sm_90a; SDPA_DECODE_BULK=0 at compile
+ * time keeps cp.async there too (to compare the two). */
+#ifndef SDPA_DECODE_BULK
+#define SDPA_DECODE_BULK 1
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && SDPA_DECODE_BULK
+#define DEC_BULK 1
+#else
+#define DEC_BULK 0
+#endif
 
 #define DEC_PASTE_(a, b) a##b
 #define DEC_PASTE(a, b) DEC_PASTE_(a, b)
@@ -86,19 +102,24 @@ enum {
   STAGES = HD > 128 ? 2 : 3,
   KS = HD / 16,                /* k16 steps of Q K^T */
   DT = HD / 8,                 /* n8 tiles of O */
-  CPR = HD / 8,                /* 16-byte chunks per shared row */
+  CPR = HD / 8,                /* 16-byte chunks per row */
+  /* bytes per shared K / V row: 16 of padding put the eight rows an ldmatrix
+   * reads at one chunk 4 banks apart (all 32 banks) with the row as it is in
+   * memory, which a bulk copy needs (Q keeps the XOR swizzle, dswz) */
+  RS = HD * 2 + 16,
   LPR = CPR < 32 ? CPR : 32,   /* lanes per row in a tile load */
   RPI = 32 / LPR,              /* rows per load step */
   LOAD_IT = BN / RPI,          /* load steps per tile (K and V each) */
   Q_REGS = HD <= 128,          /* Q fragments in registers (else ldmatrix per step) */
   QKS = Q_REGS ? KS : 1,
-  TILE_BYTES = BN * HD * 2,
+  TILE_BYTES = BN * RS,
   STAGE_BYTES = 2 * TILE_BYTES, /* K tile, then V tile */
   WARP_BYTES = STAGES * STAGE_BYTES,
   OSTRIDE = HD + 8,            /* floats per row of a warp's O in the final merge */
   SMEM_Q = BM * HD * 2,
   SMEM_LSE = NWARPS * BM * 4,
-  SMEM_WARPS = SMEM_Q + SMEM_LSE,
+  SMEM_BAR = (NWARPS * STAGES * 8 + 127) / 128 * 128, /* a ring's mbarriers (bulk path) */
+  SMEM_WARPS = SMEM_Q + SMEM_LSE + SMEM_BAR,
   SMEM_BYTES = SMEM_WARPS + NWARPS * WARP_BYTES,
   Q_CHUNKS = BM * CPR / NTHREADS /* 16-byte chunks of Q each thread loads */
 };
@@ -109,7 +130,7 @@ static_assert(BM * OSTRIDE * 4 <= WARP_BYTES, "a warp's O fits in its stage ring
 static_assert(SMEM_WARPS % 128 == 0, "stage rings 128-byte aligned");
 static_assert((BM * CPR) % NTHREADS == 0, "Q's chunks spread evenly over the threads");
 
-/* Physical chunk of logical chunk c in shared row r: eight consecutive rows
+/* Physical chunk of logical chunk c in shared Q row r: eight consecutive rows
  * at one logical chunk hit eight distinct bank groups (conflict-free ldmatrix). */
 __device__ __forceinline__ int dswz(int r, int c) { return c ^ (r & 7); }
 
@@ -146,10 +167,53 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
   for (int it = 0; it < LOAD_IT; ++it) {
     const int r = r0 + it * RPI;
     const int ok = r < valid && bytes > 0;
-    const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, c)) * 16);
+    const uint32_t off16 = (uint32_t)(r * RS + c * 16);
     cp_async_16(kdst + off16, ok ? (const void *)(kg + r * kss + c * 8) : p->k, ok ? bytes : 0);
     cp_async_16(vdst + off16, ok ? (const void *)(vg + r * vss + c * 8) : p->v, ok ? bytes : 0);
   }
+}
+
+#if DEC_BULK
+/* The same stage by the copy engine: lane l < 16 copies K row l, lane l >= 16
+ * V row l - 16, one bulk copy of the row's whole 16-byte chunks each,
+ * completing on the stage's mbarrier `bar` (lane 0 arms it with all 32 rows'
+ * bytes); a row's last, part chunk (d % 8 != 0) goes by cp.async, zero-filled,
+ * in the tile's cp.async group. Rows at or past the sequence end copy row
+ * sk - 1, which the tile holds anyway, instead of reading past the end: their
+ * scores are masked, so P = 0 multiplies finite V (or the tile's sum is NaN
+ * already). Chunks past the row stay zero from zero_row_tails. */
+__device__ __forceinline__ void bulk_kv_tile(uint32_t kdst, uint32_t bar, const sdpa_problem *p,
+                                             dec_kv_off off, int j0, int sk, int lane) {
+  const int r = lane & 15, is_v = lane >> 4;
+  const int d = (int)p->d, whole = d & ~7, part = d & 7;
+  const int64_t src_row = min(r, sk - j0 - 1);
+  const uint16_t *src = is_v ? (const uint16_t *)p->v + off.v + src_row * p->v_st.ss
+                             : (const uint16_t *)p->k + off.k + src_row * p->k_st.ss;
+  const uint32_t dst = kdst + (uint32_t)(is_v * TILE_BYTES + r * RS);
+  if (lane == 0) mbar_expect_tx(bar, (uint32_t)(2 * BN * whole * 2));
+  if (whole > 0) bulk_load(dst, src, (uint32_t)whole * 2, bar);
+  if (part) cp_async_16(dst + whole * 2, src + whole, part * 2);
+}
+
+/* Chunks of the ring's rows past the head dim, zeroed once: no copy writes
+ * them, and a stale NaN there would turn Q's zeros into NaN scores. */
+__device__ __forceinline__ void zero_row_tails(unsigned char *ring, int d, int lane) {
+  const int c0 = (d + 7) >> 3, nc = CPR - c0;
+  for (int idx = lane; idx < STAGES * 2 * BN * nc; idx += 32)
+    *(uint4 *)(ring + (idx / nc) * RS + (c0 + idx % nc) * 16) = make_uint4(0u, 0u, 0u, 0u);
+}
+#endif
+
+/* Tile j0's K and V into the stage at kdst (its mbarrier `bar` on the bulk
+ * path), by whichever path this arch has. */
+__device__ __forceinline__ void issue_kv_tile(uint32_t kdst, uint32_t bar, const sdpa_problem *p,
+                                              dec_kv_off off, int j0, int sk, int lane) {
+#if DEC_BULK
+  bulk_kv_tile(kdst, bar, p, off, j0, sk, lane);
+#else
+  (void)bar;
+  load_kv_tile(kdst, p, off, j0, sk, lane);
+#endif
 }
 
 /* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
@@ -213,6 +277,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... */
   const int nmine = te - ts > warp ? (te - ts - warp + NWARPS - 1) / NWARPS : 0;
   const uint32_t ring = s_q + SMEM_WARPS + (uint32_t)(warp * WARP_BYTES);
+  const uint32_t bars = s_q + SMEM_Q + SMEM_LSE + (uint32_t)(warp * STAGES * 8);
 
   /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
    * their copies, all in flight together; Q lands in shared memory last ---- */
@@ -222,6 +287,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const int idx = tid + u * NTHREADS;
     qv[u] = load_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR);
   }
+#if DEC_BULK
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * s, 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+#endif
   dec_kv_off first[STAGES - 1];
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s)
@@ -229,9 +302,13 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nmine)
-      load_kv_tile(ring + s * STAGE_BYTES, p, first[s], (ts + warp + s * NWARPS) * BN, sk, lane);
+      issue_kv_tile(ring + s * STAGE_BYTES, bars + 8 * s, p, first[s],
+                    (ts + warp + s * NWARPS) * BN, sk, lane);
     cp_async_commit();
   }
+#if DEC_BULK
+  if (d < HD) zero_row_tails(smem + SMEM_WARPS + warp * WARP_BYTES, d, lane);
+#endif
   /* the offsets of the tile the first iteration copies */
   dec_kv_off next = {0, 0};
   if (STAGES - 1 < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (STAGES - 1) * NWARPS) * BN);
@@ -265,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   __syncthreads(); /* Q in shared memory */
   const int q_row = lane & 15, q_hi = lane >> 4;
   const uint32_t sq_lane = s_q + (uint32_t)(q_row * CPR * 16);
-  const int x7 = lane & 7; /* every ldmatrix row below is lane % 8 modulo 8 */
+  const int x7 = lane & 7; /* every Q ldmatrix row is lane % 8 modulo 8 */
   uint32_t qr[QKS][4];
   if (Q_REGS) {
 #pragma unroll
@@ -286,19 +363,24 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
      * done with it) before the wait for tile n, so STAGES tiles are in
      * flight while the warp waits, not STAGES - 1. */
     __syncwarp();
-    if (n + STAGES - 1 < nmine)
-      load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, next,
-                   (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
+    if (n + STAGES - 1 < nmine) {
+      const int sn = (n + STAGES - 1) % STAGES;
+      issue_kv_tile(ring + sn * STAGE_BYTES, bars + 8 * sn, p, next,
+                    (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
+    }
     cp_async_commit();
     if (n + STAGES < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (n + STAGES) * NWARPS) * BN);
     if (STAGES == 3) /* this lane's copies of tile n landed (the two after it may fly) */
       cp_async_wait_2();
     else
       cp_async_wait_1();
+#if DEC_BULK /* ... and the copy engine's, the tile's (n / STAGES)-th use of its stage */
+    mbar_wait(bars + 8 * (n % STAGES), (uint32_t)(n / STAGES) & 1u);
+#endif
     __syncwarp(); /* ... and every lane's */
     const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
-    const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * CPR * 16);
-    const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * CPR * 16);
+    const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * RS);
+    const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * RS);
     const int j0 = (ts + warp + n * NWARPS) * BN;
 
     /* S = Q K^T (16 rows x 16 keys) */
@@ -316,7 +398,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       } else {
         ldmatrix_x4(a, sq_lane + (uint32_t)(((2 * ks + q_hi) ^ x7) * 16));
       }
-      ldmatrix_x4(bk, sk_lane + (uint32_t)(((2 * ks + k_hi) ^ x7) * 16));
+      ldmatrix_x4(bk, sk_lane + (uint32_t)((2 * ks + k_hi) * 16));
       DEC_MMA(s[0], a, bk);
       DEC_MMA(s[1], a, bk + 2);
     }
@@ -368,7 +450,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t bv[4];
-      ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(((2 * dp + v_hi) ^ x7) * 16));
+      ldmatrix_x4_trans(bv, sv_lane + (uint32_t)((2 * dp + v_hi) * 16));
       DEC_MMA(o[2 * dp], pa, bv);
       DEC_MMA(o[2 * dp + 1], pa, bv + 2);
     }
@@ -515,6 +597,7 @@ extern "C" sdpa_status DEC_RUN(const sdpa_problem *p, const sdpa_kernel_row *row
 #undef DEC_PACK
 #undef DEC_CVT
 #undef DEC_BF16
+#undef DEC_BULK
 #undef DEC_KERNEL
 #undef DEC_RUN
 #undef DEC_WORKSPACE
