@@ -12,10 +12,11 @@ profiler). --once runs each cell's sdpa call a few times and exits (for ncu:
 `ncu -k regex:'decode|merge' python3 bench/decode_probe.py --once`).
 --libs name=path,name=path,... compares builds of the library in one
 process, cell by cell on the same tensors (before / after a kernel change):
-eager and graph GB/s of the contiguous and page-16 caches, and of a
-head-major cache (k / v [b, 8, L, 128] storage seen as [b, L, 8, 128]: each
-kv head's rows contiguous), the largest output difference from the first
-build, and torch CUDNN on the contiguous and head-major storage.
+each build's split count, eager and graph GB/s of the contiguous and page-16
+caches and of a head-major cache (k / v [b, 8, L, 128] storage seen as
+[b, L, 8, 128]: each kv head's rows contiguous), the largest output
+difference from the first build where not 0, and torch CUDNN on the
+contiguous and head-major storage.
 
   python3 bench/decode_probe.py [--cells 1x4096,8x16384] [--splits 0,8,16,32]
                                 [--torch] [--host] [--ws] [--profile] [--once]
@@ -157,6 +158,7 @@ def ab_cell(b, L, libs):
     ref, parts = None, []
     for name, path in libs:
         use_library(path)
+        parts.append(f"{name}:splits={split_count(q, k, v, seqlens, out)}")
         for lay, (kk, vv, tab) in layouts.items():
             run = lambda kk=kk, vv=vv, tab=tab: sdpa.forward(q, kk, vv, cache_seqlens=seqlens,
                                                              block_table=tab, out=out)

@@ -1,8 +1,8 @@
 /*
  * ptx_tma.cuh - Hopper's tensor-memory copies and the barriers around them
  * (sm_90): shared-memory mbarriers (init, arrive, arrive with an expected
- * byte count, wait on a phase parity), cp.async.bulk.tensor loads and
- * plain (1-d) cp.async.bulk copies that complete on an mbarrier, the proxy fence
+ * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
+ * complete on an mbarrier, the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
  * tensor cores, and setmaxnreg (named barriers: ptx_bar.cuh).
  *
@@ -61,15 +61,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
-}
-
-/* `bytes` contiguous bytes from global src into shared dst, completing
- * `bar`'s expected bytes: dst, src and bytes multiples of 16, bytes > 0. */
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
-                                          uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-               " [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 
 /* Ordinary shared stores of this thread become visible to the async proxy
