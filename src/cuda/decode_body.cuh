@@ -22,18 +22,14 @@
  * at cache_seqlens[b] + i for the cache layout) goes through shared memory
  * into mma fragments once. The split's 16-key tiles are dealt round-robin
  * to the warps; each warp streams its own tiles through a private
- * two- or three-stage ring, so the main loop has no block barrier, and keeps
- * its own online softmax (S = Q K^T
+ * two- or three-stage cp.async ring (K and V of a tile in one group), so the main
+ * loop has no block barrier, and keeps its own online softmax (S = Q K^T
  * and O += P V on mma.sync m16n8k16, fp32). Latency is what this kernel
  * fights: the prologue has Q's loads (16-byte vectors), the first tiles'
  * page lookups and their copies all in flight at once; in the loop a tile's
  * copies are issued before the wait for the oldest tile (a full ring in
  * flight) and the page lookup for the tile after it one iteration early
- * (tiles never cross a page). On sm_90a the copy engine fills the ring: a
- * tile is 2 x HD / 64 tensor-map boxes (64 columns x 16 rows, 128-byte
- * swizzle) completing on the stage's mbarrier; elsewhere, or when the host
- * could not make the maps, cp.async writes the same layout (K and V of a
- * tile in one group). At the end the
+ * (tiles never cross a page). At the end the
  * warps' (O, lse) merge exactly in shared memory (sdpa_merge_total); one
  * split writes out and lse, several write fp32 partials that merge.cu
  * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
@@ -55,18 +51,6 @@
 #include "ptx_griddep.cuh"
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
-#include "ptx_tma.cuh"
-
-/* The copy engine's path exists in the sm_90a kernels; SDPA_DECODE_TMA=0 at
- * compile time leaves it out there too (to compare the two paths). */
-#ifndef SDPA_DECODE_TMA
-#define SDPA_DECODE_TMA 1
-#endif
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && SDPA_DECODE_TMA
-#define DEC_TMA 1
-#else
-#define DEC_TMA 0
-#endif
 
 #define DEC_PASTE_(a, b) a##b
 #define DEC_PASTE(a, b) DEC_PASTE_(a, b)
@@ -102,59 +86,56 @@ enum {
   STAGES = HD > 128 ? 2 : 3,
   KS = HD / 16,                /* k16 steps of Q K^T */
   DT = HD / 8,                 /* n8 tiles of O */
-  CPR = HD / 8,                /* 16-byte chunks per row */
-  NBOX = HD / 64,              /* K / V tiles in boxes of 64 columns: 128-byte rows */
-  BOX_BYTES = BN * 128,
+  CPR = HD / 8,                /* 16-byte chunks per shared row */
   LPR = CPR < 32 ? CPR : 32,   /* lanes per row in a tile load */
   RPI = 32 / LPR,              /* rows per load step */
   LOAD_IT = BN / RPI,          /* load steps per tile (K and V each) */
   Q_REGS = HD <= 128,          /* Q fragments in registers (else ldmatrix per step) */
   QKS = Q_REGS ? KS : 1,
-  TILE_BYTES = NBOX * BOX_BYTES,
+  TILE_BYTES = BN * HD * 2,
   STAGE_BYTES = 2 * TILE_BYTES, /* K tile, then V tile */
   WARP_BYTES = STAGES * STAGE_BYTES,
   OSTRIDE = HD + 8,            /* floats per row of a warp's O in the final merge */
   SMEM_Q = BM * HD * 2,
   SMEM_LSE = NWARPS * BM * 4,
-  SMEM_BAR = NWARPS * STAGES * 8, /* each ring's mbarriers (the copy engine's path) */
-  SMEM_WARPS = (SMEM_Q + SMEM_LSE + SMEM_BAR + 1023) / 1024 * 1024,
-  /* + the slack that aligns the base to the 1024 bytes of a swizzle atom */
-  SMEM_BYTES = SMEM_WARPS + NWARPS * WARP_BYTES + 1024,
+  SMEM_WARPS = SMEM_Q + SMEM_LSE,
+  SMEM_BYTES = SMEM_WARPS + NWARPS * WARP_BYTES,
   Q_CHUNKS = BM * CPR / NTHREADS /* 16-byte chunks of Q each thread loads */
 };
 
 static_assert(HD % 64 == 0 && HD <= 256, "head-dim bucket must be 64, 128, 192 or 256");
 static_assert(BM == 16 && BN == 16, "one m16 tile of rows, one k16 step of keys per warp tile");
 static_assert(BM * OSTRIDE * 4 <= WARP_BYTES, "a warp's O fits in its stage ring");
-static_assert(SMEM_WARPS % 1024 == 0 && BOX_BYTES % 1024 == 0, "boxes on swizzle atoms");
+static_assert(SMEM_WARPS % 128 == 0, "stage rings 128-byte aligned");
 static_assert((BM * CPR) % NTHREADS == 0, "Q's chunks spread evenly over the threads");
 
-/* Physical chunk of logical chunk c in shared Q row r: eight consecutive rows
+/* Physical chunk of logical chunk c in shared row r: eight consecutive rows
  * at one logical chunk hit eight distinct bank groups (conflict-free ldmatrix). */
 __device__ __forceinline__ int dswz(int r, int c) { return c ^ (r & 7); }
 
-/* K / V tiles in the copy engine's layout: box c / 8 of chunk c (elements
- * 8c .. 8c + 7), 128 bytes a row, chunk (c % 8) ^ (r % 8) in row r (the
- * 128-byte swizzle: eight rows at one chunk hit eight bank groups, so
- * ldmatrix is conflict-free). kv_col: the offset from the row's start in
- * box 0, for a row that is r8 modulo 8; kv_chunk: from the tile's start. */
-__device__ __forceinline__ uint32_t kv_col(int r8, int c) {
-  return (uint32_t)((c >> 3) * BOX_BYTES + (((c & 7) ^ r8) << 4));
+/* Element offsets of key row j0 (kv head hk) of sequence b in K and V: one
+ * sdpa_kv_locate for both (a paged cache reads its block_table there), so
+ * the main loop computes a tile's offsets one iteration before it issues the
+ * tile's copies: the lookup's latency hides behind a tile of math. */
+typedef struct dec_kv_off {
+  int64_t k, v;
+} dec_kv_off;
+
+__device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int b, int hk, int j0) {
+  const sdpa_kv_pos pos = sdpa_kv_locate(p, b, j0);
+  dec_kv_off o;
+  o.k = sdpa_kv_at(p->k_st, pos, hk);
+  o.v = sdpa_kv_at(p->v_st, pos, hk);
+  return o;
 }
 
-__device__ __forceinline__ uint32_t kv_chunk(int r, int c) {
-  return (uint32_t)(r * 128) + kv_col(r & 7, c);
-}
-
-/* K and V rows [j0, j0 + BN) (kv head hk, at pos = sdpa_kv_locate(j0): the
- * main loop looks a tile up one iteration before it issues the copies, so a
- * paged cache's block_table load hides behind a tile of math) into one
- * stage by cp.async; rows at or past the sequence end sk are zero-filled and
- * read nothing (their V must be 0, not stale, since 0 * NaN is NaN). */
-__device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *p, sdpa_kv_pos pos,
-                                             int hk, int j0, int sk, int lane) {
-  const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_at(p->k_st, pos, hk);
-  const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_at(p->v_st, pos, hk);
+/* K and V rows [j0, j0 + BN) (at offsets off) into one stage; rows at or
+ * past the sequence end sk are zero-filled and read nothing (their V must be
+ * 0, not stale, since 0 * NaN is NaN). */
+__device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *p, dec_kv_off off,
+                                             int j0, int sk, int lane) {
+  const uint16_t *kg = (const uint16_t *)p->k + off.k;
+  const uint16_t *vg = (const uint16_t *)p->v + off.v;
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   const int c = lane % LPR, r0 = lane / LPR;
   const int rem = (int)p->d - c * 8;
@@ -165,50 +146,10 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
   for (int it = 0; it < LOAD_IT; ++it) {
     const int r = r0 + it * RPI;
     const int ok = r < valid && bytes > 0;
-    const uint32_t off16 = kv_chunk(r, c);
+    const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, c)) * 16);
     cp_async_16(kdst + off16, ok ? (const void *)(kg + r * kss + c * 8) : p->k, ok ? bytes : 0);
     cp_async_16(vdst + off16, ok ? (const void *)(vg + r * vss + c * 8) : p->v, ok ? bytes : 0);
   }
-}
-
-#if DEC_TMA
-/* The same stage by the copy engine: lane x < 2 * NBOX loads box x % NBOX of
- * K (x < NBOX) or V, lane 0 arms the stage's mbarrier `bar` with the whole
- * stage (a box is written in full: zeros past d or past the tensor). Rows
- * past the sequence end are read as they are: kv_zero_tail clears their V. */
-__device__ __forceinline__ void tma_kv_tile(uint32_t kdst, uint32_t bar,
-                                            const sdpa_decode_params *prm, sdpa_kv_pos pos, int hk,
-                                            int lane) {
-  if (lane == 0) mbar_expect_tx(bar, STAGE_BYTES);
-  if (lane < 2 * NBOX) {
-    const int is_v = lane >= NBOX, box = lane - is_v * NBOX;
-    tma_load_4d(kdst + (uint32_t)(is_v * TILE_BYTES + box * BOX_BYTES), is_v ? &prm->tv : &prm->tk,
-                box * 64, (int)pos.row, hk, (int)pos.outer, bar);
-  }
-}
-
-/* V rows [valid, BN) of a landed tile to zero (rows past the sequence end:
- * their scores are masked, but 0 * NaN is NaN). Only the last tile of a
- * sequence has them, and its stage is not refilled. */
-__device__ __forceinline__ void kv_zero_tail(unsigned char *vtile, int valid, int lane) {
-  for (int idx = valid * CPR + lane; idx < BN * CPR; idx += 32)
-    *(uint4 *)(vtile + kv_chunk(idx / CPR, idx % CPR)) = make_uint4(0u, 0u, 0u, 0u);
-}
-#endif
-
-/* Tile j0's K and V into the stage at kdst (mbarrier `bar`), by the copy
- * engine where the kernel has it and the host made the maps, else by cp.async. */
-__device__ __forceinline__ void issue_kv_tile(uint32_t kdst, uint32_t bar,
-                                              const sdpa_decode_params *prm, sdpa_kv_pos pos,
-                                              int hk, int j0, int sk, int lane) {
-#if DEC_TMA
-  if (prm->tma) {
-    tma_kv_tile(kdst, bar, prm, pos, hk, lane);
-    return;
-  }
-#endif
-  (void)bar;
-  load_kv_tile(kdst, &prm->p, pos, hk, j0, sk, lane);
 }
 
 /* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
@@ -241,9 +182,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
     DEC_KERNEL(const __grid_constant__ sdpa_decode_params prm) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  /* boxes of the copy engine's 128-byte swizzle start on 1024-byte atoms */
-  unsigned char *smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -274,7 +213,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... */
   const int nmine = te - ts > warp ? (te - ts - warp + NWARPS - 1) / NWARPS : 0;
   const uint32_t ring = s_q + SMEM_WARPS + (uint32_t)(warp * WARP_BYTES);
-  const uint32_t bars = s_q + SMEM_Q + SMEM_LSE + (uint32_t)(warp * STAGES * 8);
 
   /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
    * their copies, all in flight together; Q lands in shared memory last ---- */
@@ -284,30 +222,19 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const int idx = tid + u * NTHREADS;
     qv[u] = load_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR);
   }
-#if DEC_TMA
-  if (prm.tma) { /* this warp's ring barriers, before its first copies */
-    if (lane == 0) {
-#pragma unroll
-      for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * s, 1);
-      mbar_init_fence();
-    }
-    __syncwarp();
-  }
-#endif
-  sdpa_kv_pos first[STAGES - 1];
+  dec_kv_off first[STAGES - 1];
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s)
-    if (s < nmine) first[s] = sdpa_kv_locate(p, b, (ts + warp + s * NWARPS) * BN);
+    if (s < nmine) first[s] = kv_tile_offsets(p, b, hk, (ts + warp + s * NWARPS) * BN);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nmine)
-      issue_kv_tile(ring + s * STAGE_BYTES, bars + 8 * s, &prm, first[s], hk,
-                    (ts + warp + s * NWARPS) * BN, sk, lane);
+      load_kv_tile(ring + s * STAGE_BYTES, p, first[s], (ts + warp + s * NWARPS) * BN, sk, lane);
     cp_async_commit();
   }
-  /* where the tile the first iteration copies lies */
-  sdpa_kv_pos next = {0, 0};
-  if (STAGES - 1 < nmine) next = sdpa_kv_locate(p, b, (ts + warp + (STAGES - 1) * NWARPS) * BN);
+  /* the offsets of the tile the first iteration copies */
+  dec_kv_off next = {0, 0};
+  if (STAGES - 1 < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (STAGES - 1) * NWARPS) * BN);
   float *wlse = (float *)(smem + SMEM_Q); /* [NWARPS][BM]: each warp's row lse */
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
@@ -338,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   __syncthreads(); /* Q in shared memory */
   const int q_row = lane & 15, q_hi = lane >> 4;
   const uint32_t sq_lane = s_q + (uint32_t)(q_row * CPR * 16);
-  const int x7 = lane & 7; /* every ldmatrix row below is lane % 8 modulo 8 (k_row, v_row too) */
+  const int x7 = lane & 7; /* every ldmatrix row below is lane % 8 modulo 8 */
   uint32_t qr[QKS][4];
   if (Q_REGS) {
 #pragma unroll
@@ -359,28 +286,20 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
      * done with it) before the wait for tile n, so STAGES tiles are in
      * flight while the warp waits, not STAGES - 1. */
     __syncwarp();
-    if (n + STAGES - 1 < nmine) {
-      const int sn = (n + STAGES - 1) % STAGES;
-      issue_kv_tile(ring + sn * STAGE_BYTES, bars + 8 * sn, &prm, next, hk,
-                    (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
-    }
+    if (n + STAGES - 1 < nmine)
+      load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, next,
+                   (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
     cp_async_commit();
-    if (n + STAGES < nmine) next = sdpa_kv_locate(p, b, (ts + warp + (n + STAGES) * NWARPS) * BN);
+    if (n + STAGES < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (n + STAGES) * NWARPS) * BN);
     if (STAGES == 3) /* this lane's copies of tile n landed (the two after it may fly) */
       cp_async_wait_2();
     else
       cp_async_wait_1();
-    const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
-    const int j0 = (ts + warp + n * NWARPS) * BN;
-#if DEC_TMA
-    if (prm.tma) { /* ... or the copy engine's: the (n / STAGES)-th fill of the stage */
-      mbar_wait(bars + 8 * (n % STAGES), (uint32_t)(n / STAGES) & 1u);
-      if (j0 + BN > sk) kv_zero_tail(smem + (sk_tile + TILE_BYTES - s_q), sk - j0, lane);
-    }
-#endif
     __syncwarp(); /* ... and every lane's */
-    const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * 128);
-    const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * 128);
+    const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
+    const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * CPR * 16);
+    const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * CPR * 16);
+    const int j0 = (ts + warp + n * NWARPS) * BN;
 
     /* S = Q K^T (16 rows x 16 keys) */
     float s[2][4];
@@ -397,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
       } else {
         ldmatrix_x4(a, sq_lane + (uint32_t)(((2 * ks + q_hi) ^ x7) * 16));
       }
-      ldmatrix_x4(bk, sk_lane + kv_col(x7, 2 * ks + k_hi));
+      ldmatrix_x4(bk, sk_lane + (uint32_t)(((2 * ks + k_hi) ^ x7) * 16));
       DEC_MMA(s[0], a, bk);
       DEC_MMA(s[1], a, bk + 2);
     }
@@ -449,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 #pragma unroll
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t bv[4];
-      ldmatrix_x4_trans(bv, sv_lane + kv_col(x7, 2 * dp + v_hi));
+      ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(((2 * dp + v_hi) ^ x7) * 16));
       DEC_MMA(o[2 * dp], pa, bv);
       DEC_MMA(o[2 * dp + 1], pa, bv + 2);
     }
@@ -596,7 +515,6 @@ extern "C" sdpa_status DEC_RUN(const sdpa_problem *p, const sdpa_kernel_row *row
 #undef DEC_PACK
 #undef DEC_CVT
 #undef DEC_BF16
-#undef DEC_TMA
 #undef DEC_KERNEL
 #undef DEC_RUN
 #undef DEC_WORKSPACE

@@ -15,7 +15,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "../backend.h"
@@ -35,11 +34,6 @@
 
 /* Passed by value (__grid_constant__) to every decode kernel. */
 typedef struct sdpa_decode_params {
-  /* tma: the copy engine loads K / V through tk / tv (sm_90a kernels; dims
-   * {d, rows, h_k, outer} with sdpa_kv_locate's rows and outer index, boxes
-   * of 64 columns x SDPA_DECODE_TILE rows, 128-byte swizzle); else cp.async */
-  CUtensorMap tk, tv; /* 64-byte aligned: first */
-  int tma;
   sdpa_problem p;
   int group;          /* h / h_k: query heads packed per kv head */
   int rows;           /* group * s_q: packed query rows of one (batch, kv head) */
@@ -167,11 +161,6 @@ sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream
                                    const char *who);
 /* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
 sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
-/* tensor_map.cu: a map of the [outer, rows, h, d] 16-bit tensor at base (strides
- * st in elements) as dims {d, rows, h, outer}, boxes of 64 columns x box_rows
- * rows, 128-byte swizzle, zeros outside; 0 when the driver cannot describe it */
-int sdpa_cuda_map_rows(CUtensorMap *m, const void *base, sdpa_dtype dt, int64_t d, int64_t rows,
-                       int64_t h, int64_t outer, sdpa_bshd st, int box_rows);
 /* decode_plan.cu */
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);

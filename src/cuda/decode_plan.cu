@@ -77,31 +77,6 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   return 1;
 }
 
-/* The K / V maps of the copy engine (decode_body.cuh on sm_90a): rows and
- * outer index as sdpa_kv_locate gives them, i.e. a page's rows and the page
- * (paged), a cache row's positions and the cache row (contiguous), a
- * sequence's keys and the sequence (dense). 0 (the kernel copies with
- * cp.async) without an sm_90a kernel in the build, on another arch, or when
- * the driver refuses the strides. */
-static int decode_maps(const sdpa_problem *p, sdpa_decode_params *prm) {
-#ifdef SDPA_HAVE_SM90A
-  if (sdpa_cuda_arch() != 90) return 0;
-  int64_t rows = p->s_k, outer = p->b;
-  if (p->layout == SDPA_LAYOUT_CACHE) {
-    rows = p->page_size > 0 ? p->page_size : p->s_k;
-    outer = p->num_blocks;
-  }
-  return sdpa_cuda_map_rows(&prm->tk, p->k, p->dtype, p->d, rows, p->h_k, outer, p->k_st,
-                            SDPA_DECODE_TILE) &&
-         sdpa_cuda_map_rows(&prm->tv, p->v, p->dtype, p->d, rows, p->h_k, outer, p->v_st,
-                            SDPA_DECODE_TILE);
-#else
-  (void)p;
-  (void)prm;
-  return 0;
-#endif
-}
-
 /* Partials: out [splits, b, s_q, h, hd] fp32, then lse [splits, b, s_q, h],
  * each 256-byte aligned. None when unsplit. */
 static size_t part_out_bytes(const sdpa_problem *p, const sdpa_decode_shape *sh, int splits) {
@@ -154,7 +129,6 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   prm.q_vec = p->rotary_dim == 0;
   prm.part_out = NULL;
   prm.part_lse = NULL;
-  prm.tma = decode_maps(p, &prm);
 
   const size_t need = workspace_bytes(p, sh, splits);
   void *ws = NULL;
