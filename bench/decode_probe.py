@@ -15,8 +15,8 @@ process, cell by cell on the same tensors (before / after a kernel change):
 each build's split count, eager and graph GB/s of the contiguous and page-16
 caches and of a head-major cache (k / v [b, 8, L, 128] storage seen as
 [b, L, 8, 128]: each kv head's rows contiguous), the largest output
-difference from the first build where not 0, and torch CUDNN on the
-contiguous and head-major storage.
+difference from the first build's on the same layout where not 0, and torch
+CUDNN on the contiguous and head-major storage.
 
   python3 bench/decode_probe.py [--cells 1x4096,8x16384] [--splits 0,8,16,32]
                                 [--torch] [--host] [--ws] [--profile] [--once]
@@ -155,7 +155,7 @@ def ab_cell(b, L, libs):
     kp, vp, bt = bd.paged_cache(b, L, 16)
     layouts = {"contig": (k, v, None), "page16": (kp, vp, bt),
                "headmaj": (kh.transpose(1, 2), vh.transpose(1, 2), None)}
-    ref, parts = None, []
+    refs, parts = {}, []
     for name, path in libs:
         use_library(path)
         parts.append(f"{name}:splits={split_count(q, k, v, seqlens, out)}")
@@ -165,8 +165,7 @@ def ab_cell(b, L, libs):
             e = bd.timed_gbps(run, nbytes, f"{name} {lay}")
             g = bd.timed_gbps(run, nbytes, f"{name} {lay}", graph=True)
             run()
-            if ref is None:
-                ref = out.clone()
+            ref = refs.setdefault(lay, out.clone())  # the first build's output, per layout
             diff = (out.float() - ref.float()).abs().max().item()
             parts.append(f"{name}/{lay}={e or 0:.0f}/{g or 0:.0f}" + (f"(diff {diff:.1e})" if diff else ""))
     qt = q.transpose(1, 2)
