@@ -592,8 +592,9 @@ int main(int argc, char **argv) {
     c.page = k % 2 ? 16 : 0;
     run_case(&c);
   }
-  /* d % 8 != 0 in 16-byte aligned rows: a part chunk at each row's end, the
-   * chunks past it zero (hd128: 13 of 16 chunks; hd64: 5 of 8, 8 of 8) */
+  /* d % 8 != 0 in 16-byte aligned rows (NaN in the padding): a part 16-byte
+   * chunk at each row's end, zero past d (hd128: d 100 in 13 of 16 chunks;
+   * hd64: d 36 in 5 of 8, d 60 in 8 of 8) */
   c = dbase("padded rows paged 16 + append + rotary", SDPA_DTYPE_BF16, 2, 8, 2, 1, 2, 100, 500);
   c.padded = 1;
   c.page = 16;
