@@ -10,9 +10,17 @@ workspace (no stream-ordered allocation). --profile lists the kernels of a
 few eager calls with their device times and the gaps between them (torch
 profiler). --once runs each cell's sdpa call a few times and exits (for ncu:
 `ncu -k regex:'decode|merge' python3 bench/decode_probe.py --once`).
+--libs name=path,name=path,... compares builds of the library in one
+process, cell by cell on the same tensors (before / after a kernel change):
+each build's split count, eager and graph GB/s of the contiguous and page-16
+caches and of a head-major cache (k / v [b, 8, L, 128] storage seen as
+[b, L, 8, 128]: each kv head's rows contiguous), the largest output
+difference from the first build's on the same layout where not 0, and torch
+CUDNN on the contiguous and head-major storage.
 
   python3 bench/decode_probe.py [--cells 1x4096,8x16384] [--splits 0,8,16,32]
                                 [--torch] [--host] [--ws] [--profile] [--once]
+                                [--libs base=a/libsdpa.so,new=b/libsdpa.so]
 """
 import argparse
 import ctypes
@@ -127,6 +135,50 @@ def cell(b, L, splits, with_torch, once, with_ws=False, prof=False):
           + " ".join(parts), flush=True)
 
 
+def use_library(path):
+    """Load another build of libsdpa in place of the current one."""
+    os.environ["SDPA_LIBRARY"] = path
+    _lib._lib = None
+    _lib.lib()
+
+
+def ab_cell(b, L, libs):
+    torch.manual_seed(0)
+    nbytes = 2 * b * L * H_K * D * 2
+    q = torch.randn(b, 1, H, D, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+    seqlens = torch.full((b,), L, device="cuda", dtype=torch.int32)
+    k = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
+    kh = k.transpose(1, 2).contiguous()  # [b, 8, L, 128] storage
+    vh = v.transpose(1, 2).contiguous()
+    kp, vp, bt = bd.paged_cache(b, L, 16)
+    layouts = {"contig": (k, v, None), "page16": (kp, vp, bt),
+               "headmaj": (kh.transpose(1, 2), vh.transpose(1, 2), None)}
+    refs, parts = {}, []
+    for name, path in libs:
+        use_library(path)
+        parts.append(f"{name}:splits={split_count(q, k, v, seqlens, out)}")
+        for lay, (kk, vv, tab) in layouts.items():
+            run = lambda kk=kk, vv=vv, tab=tab: sdpa.forward(q, kk, vv, cache_seqlens=seqlens,
+                                                             block_table=tab, out=out)
+            e = bd.timed_gbps(run, nbytes, f"{name} {lay}")
+            g = bd.timed_gbps(run, nbytes, f"{name} {lay}", graph=True)
+            run()
+            ref = refs.setdefault(lay, out.clone())  # the first build's output, per layout
+            diff = (out.float() - ref.float()).abs().max().item()
+            parts.append(f"{name}/{lay}={e or 0:.0f}/{g or 0:.0f}" + (f"(diff {diff:.1e})" if diff else ""))
+    qt = q.transpose(1, 2)
+    for lay, (kt, vt) in (("contig", (k.transpose(1, 2), v.transpose(1, 2))), ("headmaj", (kh, vh))):
+        def run_t(kt=kt, vt=vt):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        e = bd.timed_gbps(run_t, nbytes, "cudnn")
+        g = bd.timed_gbps(run_t, nbytes, "cudnn", graph=True)
+        parts.append(f"cudnn/{lay}={e or 0:.0f}/{g or 0:.0f}")
+    print(f"b={b} L={L} (GB/s eager/graph): " + " ".join(parts), flush=True)
+
+
 def host_cost():
     b, L = 1, 16
     q = torch.randn(b, 1, H, D, device="cuda", dtype=torch.bfloat16)
@@ -164,7 +216,13 @@ def main():
     ap.add_argument("--once", action="store_true")
     ap.add_argument("--ws", action="store_true")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--libs", default="")
     args = ap.parse_args()
+    if args.libs:
+        libs = [tuple(x.split("=", 1)) for x in args.libs.split(",")]
+        for c in args.cells.split(","):
+            ab_cell(*(int(x) for x in c.split("x")), libs)
+        return
     splits = [int(x) for x in args.splits.split(",")]
     if args.host:
         host_cost()

@@ -7,7 +7,9 @@
  * v_new with rotary (interleaved and half-split) in both layouts, the cache
  * contents afterwards bit for bit equal to the CPU backend's, s_q in
  * {1, 2, 7, 64} (causal chunked prefill), windows, alibi, softcap, GQA / MQA,
- * every head-dim bucket in f16 and bf16, forced split counts 1..64 equal to
+ * every head-dim bucket in f16 and bf16, head dims that are not a multiple
+ * of 8 in rows padded to one (16-byte aligned: the fast path, with a part
+ * chunk at each row's end and NaN in the padding), forced split counts 1..64 equal to
  * the unsplit result, paged == contiguous bit for bit, dense problems with
  * forced splits, CUDA-graph capture with and without a caller workspace, and
  * merge_states with empty parts in f32 / f16 / bf16.
@@ -32,8 +34,12 @@ static test_rng rng;
 
 /* ---- host tensors and their device twins (contiguous, same strides) ---------------- */
 
+/* Bytes from the first element to the last (padding between rows included). */
 static size_t tensor_bytes(const sdpa_tensor *t) {
-  return (size_t)test_numel(t) * (t->dtype == SDPA_DTYPE_F32 || t->dtype == SDPA_DTYPE_I32 ? 4 : 2);
+  if (test_numel(t) == 0) return 0;
+  int64_t span = 1;
+  for (int k = 0; k < t->rank; ++k) span += (t->shape[k] - 1) * t->stride[k];
+  return (size_t)span * (t->dtype == SDPA_DTYPE_F32 || t->dtype == SDPA_DTYPE_I32 ? 4 : 2);
 }
 
 static sdpa_tensor to_device(const sdpa_tensor *h) {
@@ -71,6 +77,7 @@ typedef struct dcase {
   int alibi;        /* 0 off, 1 [h], 2 [b, h] */
   int zero_seqlen;  /* sequence 0 starts with an empty cache */
   int dense;        /* no cache: dense k/v [b, s_cache, h_k, d] (needs splits > 1) */
+  int padded;       /* rows of d elements padded to a multiple of 8 (poisoned padding) */
   int splits;       /* num_splits asked */
   int sweep;        /* also every forced split count 1..64 against splits = 1 */
 } dcase;
@@ -90,6 +97,15 @@ static dcase dbase(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_
   c.s_cache = s_cache;
   c.wl = c.wr = -1;
   return c;
+}
+
+/* A [.., d] tensor of the case: rows of d elements, padded to a multiple of 8
+ * elements when c->padded (16-byte aligned rows, d % 8 != 0). */
+static sdpa_tensor alloc_rows(const dcase *c, const int64_t *shape) {
+  int64_t sh[4] = {shape[0], shape[1], shape[2], c->padded ? (shape[3] + 7) / 8 * 8 : shape[3]};
+  sdpa_tensor t = test_alloc(c->dtype, 4, sh);
+  t.shape[3] = shape[3];
+  return t;
 }
 
 enum { T_Q, T_KC, T_VC, T_KN, T_VN, T_OUT, T_LSE, T_SL, T_BT, T_BIDX, T_COS, T_SIN, T_ALIBI, T_N };
@@ -129,14 +145,14 @@ static void build(const dcase *c, dbufs *f) {
   }
   a->softcap = c->softcap;
   int64_t sq[4] = {c->b, c->s_q, c->h, c->d}, sl[3] = {c->b, c->h, c->s_q}, sb[1] = {c->b};
-  f->h[T_Q] = test_alloc(c->dtype, 4, sq);
-  f->h[T_OUT] = test_alloc(c->dtype, 4, sq);
+  f->h[T_Q] = alloc_rows(c, sq);
+  f->h[T_OUT] = alloc_rows(c, sq);
   f->h[T_LSE] = test_alloc(SDPA_DTYPE_F32, 3, sl);
   test_fill_normal(&f->h[T_Q], &rng, 1.0);
   if (c->dense) {
     int64_t sk[4] = {c->b, c->s_cache, c->h_k, c->d};
-    f->h[T_KC] = test_alloc(c->dtype, 4, sk);
-    f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+    f->h[T_KC] = alloc_rows(c, sk);
+    f->h[T_VC] = alloc_rows(c, sk);
   } else {
     f->h[T_SL] = test_alloc(SDPA_DTYPE_I32, 1, sb);
     int32_t *sl32 = (int32_t *)f->h[T_SL].data;
@@ -146,8 +162,8 @@ static void build(const dcase *c, dbufs *f) {
     if (c->page > 0) {
       int64_t maxb = (c->s_cache + c->page - 1) / c->page, nblocks = c->b * maxb + 3;
       int64_t sk[4] = {nblocks, c->page, c->h_k, c->d}, st[2] = {c->b, maxb};
-      f->h[T_KC] = test_alloc(c->dtype, 4, sk);
-      f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+      f->h[T_KC] = alloc_rows(c, sk);
+      f->h[T_VC] = alloc_rows(c, sk);
       f->h[T_BT] = test_alloc(SDPA_DTYPE_I32, 2, st);
       int32_t *perm = perm_of(nblocks);
       memcpy(f->h[T_BT].data, perm, sizeof(int32_t) * (size_t)(c->b * maxb));
@@ -156,8 +172,8 @@ static void build(const dcase *c, dbufs *f) {
     } else {
       int64_t bc = c->b + (c->batch_idx ? 2 : 0);
       int64_t sk[4] = {bc, c->s_cache, c->h_k, c->d};
-      f->h[T_KC] = test_alloc(c->dtype, 4, sk);
-      f->h[T_VC] = test_alloc(c->dtype, 4, sk);
+      f->h[T_KC] = alloc_rows(c, sk);
+      f->h[T_VC] = alloc_rows(c, sk);
       if (c->batch_idx) {
         f->h[T_BIDX] = test_alloc(SDPA_DTYPE_I32, 1, sb);
         int32_t *perm = perm_of(bc);
@@ -172,8 +188,8 @@ static void build(const dcase *c, dbufs *f) {
   test_fill_normal(&f->h[T_VC], &rng, 1.0);
   if (c->s_new > 0) {
     int64_t sk[4] = {c->b, c->s_new, c->h_k, c->d};
-    f->h[T_KN] = test_alloc(c->dtype, 4, sk);
-    f->h[T_VN] = test_alloc(c->dtype, 4, sk);
+    f->h[T_KN] = alloc_rows(c, sk);
+    f->h[T_VN] = alloc_rows(c, sk);
     test_fill_normal(&f->h[T_KN], &rng, 1.0);
     test_fill_normal(&f->h[T_VN], &rng, 1.0);
     f->host.k_new = f->h[T_KN];
@@ -321,7 +337,7 @@ static void run_case_mode(const dcase *c, int graph) {
 
     /* the CPU backend on the host copies (it appends into them in place):
      * outputs within twice the oracle bound, caches equal bit for bit */
-    sdpa_tensor cout = test_alloc(c->dtype, 4, f.h[T_OUT].shape);
+    sdpa_tensor cout = alloc_rows(c, f.h[T_OUT].shape);
     sdpa_fwd_desc cd = f.host;
     cd.out = cout;
     cd.lse.data = NULL;
@@ -335,8 +351,8 @@ static void run_case_mode(const dcase *c, int graph) {
       snprintf(what, sizeof what, "%s out vs CPU backend", c->name);
       test_check(what, &f.h[T_OUT], co, NULL, 2.0 * (2.0 * lowp_err + test_atol(c->dtype)));
       free(co);
-      sdpa_tensor gk = test_alloc(c->dtype, 4, f.h[T_KC].shape);
-      sdpa_tensor gv = test_alloc(c->dtype, 4, f.h[T_VC].shape);
+      sdpa_tensor gk = alloc_rows(c, f.h[T_KC].shape);
+      sdpa_tensor gv = alloc_rows(c, f.h[T_VC].shape);
       download(&gk, &f.d[T_KC]);
       download(&gv, &f.d[T_VC]);
       snprintf(what, sizeof what, "%s k cache after the call vs CPU backend", c->name);
@@ -351,7 +367,7 @@ static void run_case_mode(const dcase *c, int graph) {
     /* every forced split count equals the unsplit result (the append is
      * idempotent: the same rows land at the same places again) */
     if (c->sweep) {
-      sdpa_tensor o1 = test_alloc(c->dtype, 4, f.h[T_OUT].shape);
+      sdpa_tensor o1 = alloc_rows(c, f.h[T_OUT].shape);
       sdpa_tensor l1 = test_alloc(SDPA_DTYPE_F32, 3, f.h[T_LSE].shape);
       double *b1 = malloc(sizeof(double) * (size_t)n_out), *bl = malloc(sizeof(double) * (size_t)n_lse);
       int bad = 0;
@@ -528,6 +544,11 @@ int main(int argc, char **argv) {
       c.zero_seqlen = 1;
       run_case(&c);
     }
+    c = dbase("small padded rows", SDPA_DTYPE_BF16, 2, 8, 2, 2, 1, 100, 150);
+    c.padded = 1;
+    c.page = 16;
+    c.splits = 2;
+    run_case(&c);
     c = dbase("small contiguous batch_idx", SDPA_DTYPE_F16, 2, 8, 1, 1, 1, 128, 300);
     c.batch_idx = 1;
     c.rotary = 1;
@@ -571,6 +592,25 @@ int main(int argc, char **argv) {
     c.page = k % 2 ? 16 : 0;
     run_case(&c);
   }
+  /* d % 8 != 0 in 16-byte aligned rows (NaN in the padding): a part 16-byte
+   * chunk at each row's end, zero past d (hd128: d 100 in 13 of 16 chunks;
+   * hd64: d 36 in 5 of 8, d 60 in 8 of 8) */
+  c = dbase("padded rows paged 16 + append + rotary", SDPA_DTYPE_BF16, 2, 8, 2, 1, 2, 100, 500);
+  c.padded = 1;
+  c.page = 16;
+  c.rotary = 2;
+  c.rotary_dim = 64;
+  c.splits = 3;
+  run_case(&c);
+  c = dbase("padded rows contiguous causal", SDPA_DTYPE_F16, 3, 4, 2, 2, 2, 36, 300);
+  c.padded = 1;
+  c.causal = 1;
+  run_case(&c);
+  c = dbase("padded rows dense split-KV", SDPA_DTYPE_BF16, 2, 4, 4, 3, 0, 60, 200);
+  c.padded = 1;
+  c.dense = 1;
+  c.splits = 4;
+  run_case(&c);
   /* score modifiers */
   c = dbase("window", SDPA_DTYPE_BF16, 2, 8, 2, 7, 2, 128, 900);
   c.wl = 100;
