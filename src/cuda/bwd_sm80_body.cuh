@@ -216,10 +216,7 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms) {
     uint32_t a[4];
-    a[0] = SDPA_PACK(x[2 * ms][0], x[2 * ms][1]);
-    a[1] = SDPA_PACK(x[2 * ms][2], x[2 * ms][3]);
-    a[2] = SDPA_PACK(x[2 * ms + 1][0], x[2 * ms + 1][1]);
-    a[3] = SDPA_PACK(x[2 * ms + 1][2], x[2 * ms + 1][3]);
+    pack_a_frag(a, x + 2 * ms, SDPA_BWD_IS_BF16);
 #pragma unroll
     for (int dp = 0; dp < DTW / 2; ++dp) {
       uint32_t bt[4];

@@ -186,12 +186,7 @@ __device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs,
 /* Scores of queries 16 ms .. 16 ms + 15 packed as A fragments, ms < qs / 16. */
 __device__ __forceinline__ void pack_frags(uint32_t (*a)[4], float (*x)[4], const int qs) {
 #pragma unroll
-  for (int ms = 0; ms < qs / 16; ++ms) {
-    a[ms][0] = SDPA_PACK(x[2 * ms][0], x[2 * ms][1]);
-    a[ms][1] = SDPA_PACK(x[2 * ms][2], x[2 * ms][3]);
-    a[ms][2] = SDPA_PACK(x[2 * ms + 1][0], x[2 * ms + 1][1]);
-    a[ms][3] = SDPA_PACK(x[2 * ms + 1][2], x[2 * ms + 1][3]);
-  }
+  for (int ms = 0; ms < qs / 16; ++ms) pack_a_frag(a[ms], x + 2 * ms, SDPA_BWD_IS_BF16);
 }
 
 /* The warp's packed P^T or dS^T fragments (keys 16 kw + g, + 8; queries

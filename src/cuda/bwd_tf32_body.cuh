@@ -182,11 +182,6 @@ __device__ __forceinline__ void tfb_split4(float4 v, uint32_t *h, uint32_t *l) {
   tf32_split(v.w, &h[3], &l[3]);
 }
 
-__device__ __forceinline__ void tfb_zero(float (*x)[4], const int n) {
-#pragma unroll
-  for (int i = 0; i < n; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
-}
-
 /* Per-lane shared-memory offsets (in float4 chunks, fixed for the kernel):
  * xy: chunk of logical chunk t (within a group of 8; 4 + t is xy ^ 4) in
  * rows g, g + 8 of any 8-aligned row block (the X Y^T loads); b0 / b1: chunk g of
@@ -265,7 +260,7 @@ __device__ __forceinline__ void gemm_xyt(float (*c)[4], int x, int y, const tfb_
 #pragma unroll
   for (int k0 = 0; k0 < KS; k0 += KC) {
     float part[NQ][4];
-    tfb_zero(part, NQ);
+    bwd_zero_acc(part, NQ);
     xyt_steps(part, x, y, L, k0, k0 + KC < KS ? k0 + KC : KS);
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq)
@@ -294,7 +289,7 @@ __device__ __forceinline__ void gemm_xty(float (*acc)[4][4], const float (*x)[4]
 #pragma unroll
   for (int dc = 0; dc < DCW; ++dc) {
     float part[4][4];
-    tfb_zero(part, 4);
+    bwd_zero_acc(part, 4);
 #pragma unroll
     for (int nq = 0; nq < NQ; ++nq) {
       uint32_t h[2][4], l[2][4]; /* rows 2t, 2t + 1: k = t, t + 4 */
@@ -397,7 +392,7 @@ __device__ __forceinline__ void gemm_dq(const sdpa_bwd_sm80_params *prm, float *
         continue; /* dS is 0 there */
       float acc[RT][4][4];
 #pragma unroll
-      for (int m = 0; m < RT; ++m) tfb_zero(acc[m], 4);
+      for (int m = 0; m < RT; ++m) bwd_zero_acc(acc[m], 4);
 #pragma unroll
       for (int j = kc; j < kc + DQC; j += 8) {
         uint32_t h[2][4], l[2][4]; /* keys j + 2t, j + 2t + 1: k = t, t + 4 */
@@ -493,7 +488,7 @@ __device__ __forceinline__ void sub_step(const sdpa_bwd_sm80_params *prm, const 
   if (!vis) {
     /* no (query, key) pair of this sub-step is visible (the far side
        of a causal diagonal): dS = 0, nothing for dK / dV */
-    tfb_zero(sp, NQ);
+    bwd_zero_acc(sp, NQ);
     if (L->ds == 0) store_ds(sp, ql, row16, L);
     return;
   }
@@ -527,7 +522,7 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
 
   float dk[DCW][4][4], dv[DCW][4][4];
 #pragma unroll
-  for (int dc = 0; dc < DCW; ++dc) tfb_zero(dk[dc], 4), tfb_zero(dv[dc], 4);
+  for (int dc = 0; dc < DCW; ++dc) bwd_zero_acc(dk[dc], 4), bwd_zero_acc(dv[dc], 4);
 
   int m_lo = 0, m_hi = -1;
   if (bwd_query_blocks(sq, sk, off, prm->wl, prm->wr, n0, BN, BM, &m_lo, &m_hi)) {

@@ -367,10 +367,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 #pragma unroll
       for (int ps = 0; ps < PS; ++ps) {
         if (drop && prm->has_dropout) drop_apply(s, dm, mt, ps, 0);
-        pa[mt][ps][0] = SDPA_PACK(s[mt][2 * ps][0], s[mt][2 * ps][1]);
-        pa[mt][ps][1] = SDPA_PACK(s[mt][2 * ps][2], s[mt][2 * ps][3]);
-        pa[mt][ps][2] = SDPA_PACK(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
-        pa[mt][ps][3] = SDPA_PACK(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
+        pack_a_frag(pa[mt][ps], s[mt] + 2 * ps, SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE));
       }
 
     cp_async_wait_all(); /* V tile n landed */

@@ -216,10 +216,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
       if (drop) drop_apply(sc, dm, 0, ps, 0);
-      pa[ps][0] = SDPA_PACK(sc[0][2 * ps][0], sc[0][2 * ps][1]);
-      pa[ps][1] = SDPA_PACK(sc[0][2 * ps][2], sc[0][2 * ps][3]);
-      pa[ps][2] = SDPA_PACK(sc[0][2 * ps + 1][0], sc[0][2 * ps + 1][1]);
-      pa[ps][3] = SDPA_PACK(sc[0][2 * ps + 1][2], sc[0][2 * ps + 1][3]);
+      pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE));
     }
 
     mbar_wait(bar_vfull(bars, s), ph);

@@ -56,6 +56,18 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+/* The m16n8k16 A fragment made of two m16n8 accumulator tiles x[0], x[1]
+ * (their columns are k 0..7 and 8..15), in bf16 (a literal) or fp16: a
+ * score accumulator becomes the A operand of the next product (P V in the
+ * forwards, dV / dK in the backwards) without leaving registers. */
+__device__ __forceinline__ void pack_a_frag(uint32_t *a, const float (*x)[4], const int bf16) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float lo = x[e >> 1][2 * (e & 1)], hi = x[e >> 1][2 * (e & 1) + 1];
+    a[e] = bf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi);
+  }
+}
+
 /* One fp32 -> 16 bits in the low half (the other half is zero). */
 __device__ __forceinline__ uint16_t cvt_f16(float x) {
   uint16_t r;
