@@ -30,15 +30,9 @@ __device__ __forceinline__ void bwd_ld8(const uint16_t *x, float *f) {
 __device__ __forceinline__ float bwd_ld1(const uint16_t *x, int k) { return SDPA_TO_F32(x[k]); }
 
 __device__ __forceinline__ void bwd_st8(uint16_t *x, const float *f, int n) {
-  const uint32_t w[4] = {SDPA_PACK(f[0], f[1]), SDPA_PACK(f[2], f[3]), SDPA_PACK(f[4], f[5]),
-                         SDPA_PACK(f[6], f[7])};
-  if (n >= 8) {
-    *(uint4 *)x = make_uint4(w[0], w[1], w[2], w[3]);
-  } else { /* the head dim ends inside this chunk */
-#pragma unroll
-    for (int k = 0; k < 7; ++k)
-      if (k < n) x[k] = (uint16_t)(w[k >> 1] >> (16 * (k & 1)));
-  }
+  store_chunk16(x, make_uint4(SDPA_PACK(f[0], f[1]), SDPA_PACK(f[2], f[3]), SDPA_PACK(f[4], f[5]),
+                              SDPA_PACK(f[6], f[7])),
+                n);
 }
 
 /* Key row j of dK (times dk_scale) and dV from a warp's accumulators in the

@@ -51,7 +51,6 @@
 #include "../registry.h"
 #include "bwd_scores.cuh"
 #include "bwd_sm80_common.cuh"
-#include "fwd_sm80_common.cuh" /* SDPA_LOG2E */
 #include "ptx_atomic.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */

@@ -65,12 +65,10 @@
 #if DEC_PASTE(DEC_IS_BF16_, SDPA_DTYPE)
 #define DEC_MMA mma_m16n8k16_bf16
 #define DEC_PACK pack_bf16x2
-#define DEC_CVT cvt_bf16
 #define DEC_BF16 1
 #else
 #define DEC_MMA mma_m16n8k16_f16
 #define DEC_PACK pack_f16x2
-#define DEC_CVT cvt_f16
 #define DEC_BF16 0
 #endif
 
@@ -361,10 +359,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
     /* O += P V: P repacked in registers as the A operand */
     uint32_t pa[4];
-    pa[0] = DEC_PACK(s[0][0], s[0][1]);
-    pa[1] = DEC_PACK(s[0][2], s[0][3]);
-    pa[2] = DEC_PACK(s[1][0], s[1][1]);
-    pa[3] = DEC_PACK(s[1][2], s[1][3]);
+    pack_a_frag(pa, s, DEC_BF16);
 #pragma unroll
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t bv[4];
@@ -419,18 +414,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const int i = row / G, hh = hk * G + row % G;
     if (prm.splits == 1) {
       uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh) + c * 8;
-      if (c * 8 + 8 <= d) {
-        uint4 v;
-        v.x = DEC_PACK(acc[0], acc[1]);
-        v.y = DEC_PACK(acc[2], acc[3]);
-        v.z = DEC_PACK(acc[4], acc[5]);
-        v.w = DEC_PACK(acc[6], acc[7]);
-        *(uint4 *)dst = v;
-      } else { /* the head dim ends inside this chunk */
-#pragma unroll
-        for (int u = 0; u < 7; ++u)
-          if (c * 8 + u < d) dst[u] = DEC_CVT(acc[u]);
-      }
+      store_chunk16(dst, make_uint4(DEC_PACK(acc[0], acc[1]), DEC_PACK(acc[2], acc[3]),
+                                    DEC_PACK(acc[4], acc[5]), DEC_PACK(acc[6], acc[7])),
+                    d - c * 8);
       if (p->lse && c == 0) p->lse[sdpa_lse_offset(p, b, i, hh)] = total;
     } else {
       const int64_t prow = (((int64_t)split * p->b + b) * sq + i) * p->h + hh;
@@ -513,7 +499,6 @@ extern "C" sdpa_status DEC_RUN(const sdpa_problem *p, const sdpa_kernel_row *row
 
 #undef DEC_MMA
 #undef DEC_PACK
-#undef DEC_CVT
 #undef DEC_BF16
 #undef DEC_KERNEL
 #undef DEC_RUN

@@ -54,9 +54,3 @@ extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *param
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", name, cudaGetErrorString(e));
   return SDPA_OK;
 }
-
-extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
-                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
-                                       const char *name) {
-  return sdpa_kernel_launch1(kernel, prm, prm->p.stream, grid, threads, smem, smem_set, name);
-}

@@ -70,19 +70,11 @@
 #define SDPA_FULL 0
 #endif
 
-#define SDPA_PASTE_(a, b) a##b
-#define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
-#define SDPA_STR_(a) #a
-#define SDPA_STR(a) SDPA_STR_(a)
-#define SDPA_DT_IS_BF16_BF16 1
-#define SDPA_DT_IS_BF16_F16 0
-#define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
-#define SDPA_KERNEL_DROP SDPA_PASTE(SDPA_KERNEL_NAME, _drop_kernel)
+#include "fwd_names.cuh"
 #define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
-#define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_RUN_FULL SDPA_PASTE(SDPA_KERNEL_NAME, _full_run)
 
-#if SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE)
+#if SDPA_FWD_IS_BF16
 #define SDPA_MMA mma_m16n8k16_bf16
 #define SDPA_PACK pack_bf16x2
 #define SDPA_CVT cvt_bf16
@@ -367,7 +359,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 #pragma unroll
       for (int ps = 0; ps < PS; ++ps) {
         if (drop && prm->has_dropout) drop_apply(s, dm, mt, ps, 0);
-        pack_a_frag(pa[mt][ps], s[mt] + 2 * ps, SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE));
+        pack_a_frag(pa[mt][ps], s[mt] + 2 * ps, SDPA_FWD_IS_BF16);
       }
 
     cp_async_wait_all(); /* V tile n landed */
@@ -428,13 +420,14 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 #pragma unroll
           for (int e = 0; e < 4; ++e)
             s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm->exp_mul, -lse2[mt][e >> 1]));
-      uint32_t dm[MT][DW];
-      if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
-      if (drop && prm->has_dropout)
+      if (drop && prm->has_dropout) {
+        uint32_t dm[MT][DW];
+        drop_mask(dm, p, &kb.rw, bh, n0, t);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int ps = 0; ps < PS; ++ps) drop_apply(s, dm, mt, ps, 1);
+      }
       unsigned char *pb = (unsigned char *)p->probs;
       const int fsz = p->probs_dtype == SDPA_DTYPE_F32 ? 4 : 2;
 #pragma unroll
@@ -519,7 +512,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   static unsigned char smem_set_bias[SDPA_MAX_DEVICES];
   /* ... and a bias with dropout, or one whose rows cp.async cannot copy in
    * whole 16-byte chunks */
-  if (p->probs || (p->bias && (p->dropout_p > 0.f || !BIAS_SMEM || ((uintptr_t)p->bias & 15u) != 0 ||
+  if (p->probs || (p->bias && (p->dropout_p > 0.f || ((uintptr_t)p->bias & 15u) != 0 ||
                                (p->bias_sb | p->bias_sh | p->bias_sq | p->s_k) % 8 != 0)))
     return SDPA_RUN_FULL(p, row);
 #endif
@@ -537,13 +530,13 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   const char *name = SDPA_STR(SDPA_KERNEL_NAME);
 #if !SDPA_FULL
   if (prm.has_bias) /* never with dropout here: that went to the full variant */
-    return sdpa_fwd_launch((const void *)SDPA_KERNEL_BIAS, &prm, grid, NTHREADS,
+    return sdpa_kernel_launch1((const void *)SDPA_KERNEL_BIAS, &prm, p->stream, grid, NTHREADS,
                            SMEM_BYTES + SMEM_BIAS, smem_set_bias, name);
   if (prm.has_dropout)
-    return sdpa_fwd_launch((const void *)SDPA_KERNEL_DROP, &prm, grid, NTHREADS, SMEM_BYTES,
+    return sdpa_kernel_launch1((const void *)SDPA_KERNEL_DROP, &prm, p->stream, grid, NTHREADS, SMEM_BYTES,
                            smem_set_drop, name);
 #endif
-  return sdpa_fwd_launch((const void *)SDPA_KERNEL, &prm, grid, NTHREADS, SMEM_BYTES, smem_set,
+  return sdpa_kernel_launch1((const void *)SDPA_KERNEL, &prm, p->stream, grid, NTHREADS, SMEM_BYTES, smem_set,
                          name);
 }
 
@@ -552,10 +545,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_CVT
 #undef SDPA_LO
 #undef SDPA_HI
-#undef SDPA_KERNEL
-#undef SDPA_KERNEL_DROP
 #undef SDPA_KERNEL_BIAS
-#undef SDPA_RUN
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL
+#include "fwd_names_undef.cuh"
 #include "row_undef.cuh"

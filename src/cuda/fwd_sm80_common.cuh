@@ -43,13 +43,6 @@ extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *param
                                            dim3 grid, int threads, int smem,
                                            unsigned char *smem_set, const char *name);
 
-/* Launches kernel(*prm) on prm->p.stream with `smem` bytes of dynamic shared
- * memory (raising the kernel's limit once per device: smem_set[SDPA_MAX_DEVICES], the
- * caller's flags); SDPA_ERR_CUDA naming `name` when the launch fails. */
-extern "C" sdpa_status sdpa_fwd_launch(const void *kernel, const sdpa_fwd_sm80_params *prm,
-                                       dim3 grid, int threads, int smem, unsigned char *smem_set,
-                                       const char *name);
-
 
 /* 2^x by the SFU (ex2.approx.ftz): 2^-inf = +0, ~2 ulp; the accuracy FA2 uses. */
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -52,19 +52,9 @@
 #include "ptx_tma.cuh"
 #include "ptx_wgmma.cuh"
 
-#define SDPA_PASTE_(a, b) a##b
-#define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
-#define SDPA_PASTE3_(a, b, c) a##b##c
-#define SDPA_PASTE3(a, b, c) SDPA_PASTE3_(a, b, c)
-#define SDPA_STR_(a) #a
-#define SDPA_STR(a) SDPA_STR_(a)
-#define SDPA_DT_IS_BF16_BF16 1
-#define SDPA_DT_IS_BF16_F16 0
-#define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
-#define SDPA_KERNEL_DROP SDPA_PASTE(SDPA_KERNEL_NAME, _drop_kernel)
-#define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
+#include "fwd_names.cuh"
 
-#if SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE)
+#if SDPA_FWD_IS_BF16
 #define SDPA_PACK pack_bf16x2
 #define SDPA_TY bf16
 #else
@@ -216,7 +206,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
       if (drop) drop_apply(sc, dm, 0, ps, 0);
-      pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_PASTE(SDPA_DT_IS_BF16_, SDPA_DTYPE));
+      pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
     }
 
     mbar_wait(bar_vfull(bars, s), ph);
@@ -343,8 +333,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WG_PV
 #undef SDPA_PACK
 #undef SDPA_TY
-#undef SDPA_KERNEL
-#undef SDPA_KERNEL_DROP
-#undef SDPA_RUN
 #undef SDPA_FALLBACK_RUN
+#include "fwd_names_undef.cuh"
 #include "row_undef.cuh"

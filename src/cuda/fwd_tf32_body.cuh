@@ -89,12 +89,7 @@
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
 #include "ptx_tf32.cuh"
 
-#define SDPA_PASTE_(a, b) a##b
-#define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
-#define SDPA_STR_(a) #a
-#define SDPA_STR(a) SDPA_STR_(a)
-#define SDPA_KERNEL SDPA_PASTE(SDPA_KERNEL_NAME, _kernel)
-#define SDPA_RUN SDPA_PASTE(SDPA_KERNEL_NAME, _run)
+#include "fwd_names.cuh"
 
 /* ---- geometry ---------------------------------------------------------------- */
 typedef float tile_elem; /* what load_tile copies */
@@ -410,10 +405,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   sdpa_fwd_sm80_params prm;
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
-  return sdpa_fwd_launch((const void *)SDPA_KERNEL, &prm, grid, NTHREADS, SMEM_BYTES, smem_set,
+  return sdpa_kernel_launch1((const void *)SDPA_KERNEL, &prm, p->stream, grid, NTHREADS, SMEM_BYTES, smem_set,
                          SDPA_STR(SDPA_KERNEL_NAME));
 }
 
-#undef SDPA_KERNEL
-#undef SDPA_RUN
+#include "fwd_names_undef.cuh"
 #include "row_undef.cuh"

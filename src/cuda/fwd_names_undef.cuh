@@ -1,0 +1,15 @@
+/* fwd_names_undef.cuh - #undef's fwd_names.cuh's macros (include at the
+ * bottom of a forward body). */
+#undef SDPA_PASTE_
+#undef SDPA_PASTE
+#undef SDPA_PASTE3_
+#undef SDPA_PASTE3
+#undef SDPA_STR_
+#undef SDPA_STR
+#undef SDPA_DT_IS_BF16_BF16
+#undef SDPA_DT_IS_BF16_F16
+#undef SDPA_DT_IS_BF16_F32
+#undef SDPA_FWD_IS_BF16
+#undef SDPA_KERNEL
+#undef SDPA_KERNEL_DROP
+#undef SDPA_RUN
