@@ -36,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import sdpa
 from sdpa import _core, _lib
+from sdpa import _tensors as T
 
 H, H_K, D = bd.H, bd.H_K, bd.D
 
@@ -62,8 +63,10 @@ def prebuilt(q, k, v, seqlens, out, splits, workspace):
         desc.workspace_size = n.value
     L = _lib.lib()
 
-    def run():
-        desc.attn.stream = torch.cuda.current_stream().cuda_stream
+    dev = (T.CUDA, q.get_device())
+
+    def run():  # the binding's own stream lookup (torch.cuda.current_stream() builds a Stream)
+        desc.attn.stream = T.stream_of(dev)
         _lib.check(L.sdpa_fwd(ctypes.byref(desc)))
     run.keep = (keep, ws)
     return run

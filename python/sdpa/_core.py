@@ -232,14 +232,15 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                num_threads=num_threads, kernel=kernel)
 
+    shapes = _out_shapes(q, v, varlen) if out is None or (return_lse and lse is None) else None
     if out is None:
-        out = T.empty(q, _out_shapes(q, v, varlen)[0])
+        out = T.empty(q, shapes[0])
     else:
         out = c.arr(out, "out")
     c.set(d.out, out, "out")
     if return_lse or lse is not None:
         if lse is None:
-            lse = T.empty(q, _out_shapes(q, v, varlen)[1], "float32")
+            lse = T.empty(q, shapes[1], "float32")
         else:
             lse = c.arr(lse, "lse")
         c.set(d.lse, lse, "lse")

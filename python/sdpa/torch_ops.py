@@ -170,14 +170,8 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
 
 
 def _fwd_shapes(q, k, v, cu_seqlens_q, return_probs):
-    h, d_v = q.shape[-2], v.shape[-1]
-    if cu_seqlens_q is not None:
-        out = (q.shape[0], h, d_v)
-        lse = (h, q.shape[0])
-    else:
-        out = (q.shape[0], q.shape[1], h, d_v)
-        lse = (q.shape[0], h, q.shape[1])
-    probs = (q.shape[0], h, q.shape[1], k.shape[1]) if return_probs else (0,)
+    out, lse = _core._out_shapes(q, v, cu_seqlens_q is not None)
+    probs = (q.shape[0], q.shape[-2], q.shape[1], k.shape[1]) if return_probs else (0,)
     return out, lse, probs
 
 

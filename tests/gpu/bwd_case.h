@@ -26,6 +26,7 @@ typedef struct bcase {
   int varlen;     /* lengths drawn in [1, sq] / [1, sk]; sequence 1 empty, seqused_k on the last */
   int contiguous; /* no 16-byte row padding (d % 8 != 0 is then refused) */
   int64_t pad;
+  int sm90;       /* on sm_90 (a build with the Hopper rows) explain must select bwd_sm90 */
 } bcase;
 
 

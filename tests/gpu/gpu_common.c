@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/harness.h"
 
 void gpu_cuda_fatal(const char *file, int line, const char *call, cudaError_t e) {
@@ -21,7 +22,7 @@ dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64
   dual x;
   memset(&x, 0, sizeof x);
   sdpa_tensor *t = &x.h;
-  const size_t es = dt == SDPA_DTYPE_F32 || dt == SDPA_DTYPE_I32 ? 4 : 2;
+  const size_t es = sdpa_dtype_size(dt);
   t->dtype = dt;
   t->rank = rank;
   int64_t stride = 1, span = 1;
@@ -137,4 +138,15 @@ double gpu_rel_error(const sdpa_tensor *got, const double *ref) {
     if (!(dx <= err)) err = dx; /* NaN sticks */
   }
   return m > 0.0 ? err / m : err;
+}
+
+void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
+                           const char *prefix) {
+  int major = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  if (major != 9 || strstr(explain, prefix) == NULL) return;
+  char want[64];
+  snprintf(want, sizeof want, "selected: %s", prefix);
+  TEST_EXPECT(explain_status == SDPA_OK && strncmp(explain, want, strlen(want)) == 0,
+              "%s: should select a %s row:\n%s", name, prefix, explain);
 }

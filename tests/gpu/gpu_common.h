@@ -33,6 +33,12 @@ typedef struct dual {
 /* Row-major; with rows16 the last dim's stride is rounded up to 8 elements
  * (16-byte rows, as the fast CUDA rows need) and `pad` (a multiple of 8) is
  * added to every stride; without it the tensor is contiguous. */
+/* The Hopper rows' selection check: on an sm_90 device, when the explain text
+ * lists a row whose name starts with prefix (the build has them), the
+ * problem must have selected one (a test failure naming the case otherwise). */
+void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
+                           const char *prefix);
+
 dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad);
 void dual_upload(dual *x);
 void dual_download(dual *x);

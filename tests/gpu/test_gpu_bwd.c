@@ -21,7 +21,6 @@
  *                           deterministic dQ, dropout 0.1; TFLOP/s counts 2.5x
  *                           forward FLOPs
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,6 @@
 #include "common/harness.h"
 #include "gpu/bwd_case.h"
 #include "gpu/gpu_common.h"
-#include "ref/ref.h"
 
 static test_rng rng;
 
@@ -47,6 +45,11 @@ static void run_case(const bcase *c, int det_runs) {
   double *r[2][3];
   if (!bwd_case_prepare(c, &f, &rng, 1, r)) return;
   f.dev.deterministic = det_runs > 0;
+  if (c->sm90) {
+    char buf[8192];
+    const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
+    gpu_expect_hopper_row(c->name, ex, buf, "bwd_sm90_");
+  }
   bwd_case_poison(&f);
   const sdpa_status st = sdpa_bwd(&f.dev);
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd: %s: %s", c->name, sdpa_status_string(st),
@@ -127,23 +130,6 @@ static void run_refusal(void) {
     TEST_EXPECT(st == SDPA_OK, "unaligned backward runs on a fallback row: %s", sdpa_last_error());
   }
   bwd_case_release(&f);
-}
-
-/* A case for the Hopper rows: on sm_90, in a build that has them (explain
- * lists a bwd_sm90 row), explain must select one; then the case as usual. */
-static void run_sm90(const bcase *c, int det_runs) {
-  bbufs f;
-  if (bwd_case_build(c, &f, &rng)) {
-    char buf[8192];
-    int major = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    const sdpa_status st = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
-    if (major == 9 && strstr(buf, "bwd_sm90_") != NULL)
-      TEST_EXPECT(st == SDPA_OK && strncmp(buf, "selected: bwd_sm90", 18) == 0,
-                  "%s: should select a bwd_sm90 row:\n%s", c->name, buf);
-  }
-  bwd_case_release(&f);
-  run_case(c, det_runs);
 }
 
 /* ---- timing ------------------------------------------------------------------------- */
@@ -266,23 +252,23 @@ int main(int argc, char **argv) {
   c.wr = 10, c.dropout = 0.17f, run_case(&c, 5);
   /* the Hopper rows' buckets with d below the bucket, several key blocks and
      query steps, each feature kernel and the deterministic walk */
-  c = bwd_case("sm90_d40_gqa8_causal", F16, 2, 8, 1, 200, 333, 40), c.causal = 1, run_sm90(&c, 0);
+  c = bwd_case("sm90_d40_gqa8_causal", F16, 2, 8, 1, 200, 333, 40), c.causal = 1, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d64_window_tl", BF16, 1, 4, 2, 300, 290, 64), c.top_left = 1, c.wl = 70,
-  c.wr = 20, run_sm90(&c, 0);
+  c.wr = 20, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d100_window", BF16, 1, 4, 2, 300, 260, 100), c.wl = 50, c.wr = 20,
-  run_sm90(&c, 0);
+  c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d128_softcap_alibi", F16, 2, 4, 1, 260, 200, 128), c.causal = 1, c.softcap = 3.f,
-  c.alibi = 2, run_sm90(&c, 0);
+  c.alibi = 2, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d128_dropout_det", BF16, 1, 4, 2, 190, 300, 128), c.dropout = 0.17f,
-  run_sm90(&c, 5);
+  c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("sm90_d200_softcap_alibi", F16, 1, 2, 1, 150, 170, 200), c.causal = 1, c.softcap = 3.f,
-  c.alibi = 2, run_sm90(&c, 0);
+  c.alibi = 2, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d256_dropout_det", BF16, 1, 4, 2, 190, 200, 256), c.dropout = 0.17f,
-  run_sm90(&c, 5);
+  c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("sm90_d64_varlen_seqused_gqa4", F16, 4, 8, 2, 150, 170, 64), c.varlen = 1,
-  c.causal = 1, run_sm90(&c, 0);
+  c.causal = 1, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d256_varlen_det", BF16, 3, 2, 1, 130, 140, 256), c.varlen = 1, c.wl = 60,
-  c.wr = 5, run_sm90(&c, 5);
+  c.wr = 5, c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
   run_refusal();
   return test_summary();

@@ -262,6 +262,7 @@ static void bench(int nd, const int64_t *ds) {
           ms[det] = gpu_median_ms(NULL, &bd, 2, 10);
           if (ms[det] < 0) printf("FAIL bench d%lld s%lld: %s\n", (long long)d, (long long)s, sdpa_last_error());
         }
+        if (ms[0] < 0 || ms[1] < 0) continue; /* no row of negative times */
         printf("%4lld %5lld %3lld %3lld %6d %-16s %9.3f %7.1f %9.3f %7.1f\n", (long long)d,
                (long long)s, (long long)h, (long long)b, causal, name, ms[0],
                flops / (ms[0] * 1e-3) / 1e12, ms[1], flops / (ms[1] * 1e-3) / 1e12);

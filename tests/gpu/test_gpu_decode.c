@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "backend.h"
+#include "common/dtype.h"
 #include "common/harness.h"
 #include "gpu/gpu_common.h"
 #include "ref/ref.h"
@@ -39,7 +40,7 @@ static size_t tensor_bytes(const sdpa_tensor *t) {
   if (test_numel(t) == 0) return 0;
   int64_t span = 1;
   for (int k = 0; k < t->rank; ++k) span += (t->shape[k] - 1) * t->stride[k];
-  return (size_t)span * (t->dtype == SDPA_DTYPE_F32 || t->dtype == SDPA_DTYPE_I32 ? 4 : 2);
+  return (size_t)span * sdpa_dtype_size(t->dtype);
 }
 
 static sdpa_tensor to_device(const sdpa_tensor *h) {
@@ -106,6 +107,22 @@ static sdpa_tensor alloc_rows(const dcase *c, const int64_t *shape) {
   sdpa_tensor t = test_alloc(c->dtype, 4, sh);
   t.shape[3] = shape[3];
   return t;
+}
+
+/* A padded tensor's padding (elements d .. of every row, NaN before the call)
+ * still NaN after it: no kernel wrote a whole 16-byte chunk past the head
+ * dim. Nothing to check without padding. */
+static void check_padding(const char *what, const dcase *c, const sdpa_tensor *t) {
+  const int64_t d = t->shape[3], row = (d + 7) / 8 * 8;
+  if (!c->padded || row == d) return;
+  sdpa_tensor pad = *t; /* the padding columns as a tensor of their own */
+  pad.shape[3] = row - d;
+  pad.data = (char *)t->data + d * sdpa_dtype_size(t->dtype);
+  const int64_t n = pad.shape[0] * pad.shape[1] * pad.shape[2] * pad.shape[3];
+  int64_t written = 0;
+  for (int64_t e = 0; e < n; ++e) written += !isnan(test_get(&pad, e));
+  TEST_EXPECT(written == 0, "%s: %lld padding elements past d = %lld were written", what,
+              (long long)written, (long long)d);
 }
 
 enum { T_Q, T_KC, T_VC, T_KN, T_VN, T_OUT, T_LSE, T_SL, T_BT, T_BIDX, T_COS, T_SIN, T_ALIBI, T_N };
@@ -332,6 +349,7 @@ static void run_case_mode(const dcase *c, int graph) {
     download(&f.h[T_LSE], &f.d[T_LSE]);
     snprintf(what, sizeof what, "%s out", c->name);
     test_check(what, &f.h[T_OUT], ro, lo, test_atol(c->dtype));
+    check_padding(what, c, &f.h[T_OUT]);
     snprintf(what, sizeof what, "%s lse", c->name);
     test_check(what, &f.h[T_LSE], rl, ll, test_lse_atol(rl, n_lse));
 
@@ -357,8 +375,10 @@ static void run_case_mode(const dcase *c, int graph) {
       download(&gv, &f.d[T_VC]);
       snprintf(what, sizeof what, "%s k cache after the call vs CPU backend", c->name);
       test_check_equal(what, &gk, &f.h[T_KC]);
+      check_padding(what, c, &gk);
       snprintf(what, sizeof what, "%s v cache after the call vs CPU backend", c->name);
       test_check_equal(what, &gv, &f.h[T_VC]);
+      check_padding(what, c, &gv);
       test_free(&gk);
       test_free(&gv);
     }

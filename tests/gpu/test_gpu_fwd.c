@@ -60,6 +60,7 @@ typedef struct gcase {
   int bias_bc;     /* broadcast dims: 1 over b, 2 over h, 4 over s_q */
   int bias_inf;    /* ~10% of the entries -inf, and row 0 of (b, h) = (0, 0) all -inf */
   int bias_packed; /* rows s_k apart (not 16-byte aligned when s_k % 8 != 0) */
+  int sm90;        /* on sm_90 (a build with the Hopper rows) explain must select fwd_sm90 */
 } gcase;
 
 static gcase base_case(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
@@ -282,11 +283,14 @@ static void run_case(const gcase *c) {
          (long long)c->s_k, (long long)c->d, c->varlen ? " varlen" : "", c->pad ? " padded" : "");
   gbufs f;
   build(c, &f);
-  if (c->bias) { /* the sm80 rows take bias problems (all of them: rows of any alignment) */
+  if (c->bias || c->sm90) {
     char buf[8192];
     sdpa_status ex = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
-    TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm80", 18) == 0,
-                "%s: a bias problem should select an fwd_sm80 row:\n%s", c->name, buf);
+    if (c->bias) /* the sm80 rows take bias problems (all of them: rows of any alignment) */
+      TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm80", 18) == 0,
+                  "%s: a bias problem should select an fwd_sm80 row:\n%s", c->name, buf);
+    else
+      gpu_expect_hopper_row(c->name, ex, buf, "fwd_sm90_");
   }
   sdpa_status st = sdpa_fwd(&f.dev);
   cudaError_t ce = cudaDeviceSynchronize();
@@ -374,23 +378,6 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
   release(&f);
 }
 
-/* The Hopper rows (fwd_sm90_*): on an sm_90 device with a build that has
- * them (explain lists them), a problem of their buckets without bias or
- * probs must select one; then the usual checks. */
-static void run_sm90(const gcase *c) {
-  gbufs f;
-  build(c, &f);
-  char buf[8192];
-  int major = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  sdpa_status ex = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
-  if (major == 9 && strstr(buf, "fwd_sm90_") != NULL)
-    TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm90", 18) == 0,
-                "%s: should select an fwd_sm90 row:\n%s", c->name, buf);
-  release(&f);
-  run_case(c);
-}
-
 /* ---- timing ---------------------------------------------------------------------------- */
 
 static void bench(void) {
@@ -470,7 +457,7 @@ int main(int argc, char **argv) {
       c = base_case("small sm90", dts[k / 3], 1, 4, 2, 130, 200, d9[k % 3]);
       c.causal = 1;
       c.compare_cpu = 0;
-      run_sm90(&c);
+      c.sm90 = 1, run_case(&c);
     }
     /* bias: the fast kernels' shared tile and the full kernels' global loads
      * (rows not 16-byte aligned, s_k % 8 != 0), -inf entries and rows */
@@ -713,37 +700,37 @@ int main(int argc, char **argv) {
                     129 + 61 * k, d9[k % 6]);
       c.causal = k % 4 == 1;
       c.top_left = k % 8 == 5;
-      run_sm90(&c);
+      c.sm90 = 1, run_case(&c);
     }
     c = base_case("sm90 long causal", SDPA_DTYPE_BF16, 1, 4, 2, 1100, 1300, 128);
     c.causal = 1;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     c = base_case("sm90 s_q > s_k causal (empty rows)", SDPA_DTYPE_F16, 2, 2, 1, 300, 100, 64);
     c.causal = 1;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     c = base_case("sm90 window (100, 20)", SDPA_DTYPE_BF16, 1, 4, 4, 400, 500, 256);
     c.wl = 100;
     c.wr = 20;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     c = base_case("sm90 softcap + alibi [b,h]", SDPA_DTYPE_F16, 2, 4, 2, 200, 333, 128);
     c.softcap = 4.0f;
     c.alibi = 2;
     c.causal = 1;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     c = base_case("sm90 padded", SDPA_DTYPE_BF16, 2, 4, 2, 150, 270, 64);
     c.pad = 24;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     for (int k = 0; k < 2; ++k) { /* empty sequence, seqused_k on the last: zero_v_tail */
       c = base_case("sm90 varlen", dts[k], 5, 4, 2, 200, 300, k ? 128 : 256);
       c.varlen = 1;
       c.causal = k;
       c.dropout = k ? 0.17f : 0.f;
-      run_sm90(&c);
+      c.sm90 = 1, run_case(&c);
     }
     c = base_case("sm90 dropout", SDPA_DTYPE_BF16, 2, 4, 2, 150, 270, 64);
     c.dropout = 0.17f;
     c.causal = 1;
-    run_sm90(&c);
+    c.sm90 = 1, run_case(&c);
     c = base_case("sm90 graph", SDPA_DTYPE_BF16, 2, 4, 1, 300, 500, 128);
     run_graph(&c);
   }

@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include "backend.h"
+#include "common/dtype.h"
 #include "common/harness.h"
 #include "gpu/gpu_common.h"
 #include "ref/ref.h"
@@ -52,7 +53,6 @@ typedef struct env {
   int n;
 } env;
 
-static size_t esize(sdpa_dtype t) { return t == SDPA_DTYPE_F32 || t == SDPA_DTYPE_I32 ? 4 : 2; }
 
 /* A new buffer of `elems` elements, host bytes 0xff (NaN for every float dtype). */
 static int buf_new(env *E, int64_t elems, size_t es) {
@@ -102,8 +102,8 @@ static pair view(env *E, int buf, sdpa_dtype dt, int64_t base, int rank, const i
   x.h.rank = rank;
   for (int k = 0; k < rank; ++k) x.h.shape[k] = shape[k], x.h.stride[k] = stride[k];
   x.d = x.h;
-  x.h.data = (char *)E->h[buf] + (size_t)base * esize(dt);
-  x.d.data = (char *)E->d[buf] + (size_t)base * esize(dt);
+  x.h.data = (char *)E->h[buf] + (size_t)base * sdpa_dtype_size(dt);
+  x.d.data = (char *)E->d[buf] + (size_t)base * sdpa_dtype_size(dt);
   return x;
 }
 
@@ -116,7 +116,7 @@ static pair tensor(env *E, sdpa_dtype dt, int rank, const int64_t *shape, int64_
   for (int k = rank - 2; k >= 0; --k) stride[k] = stride[k + 1] * shape[k + 1] + pad;
   for (int k = 0; k < rank; ++k)
     span = shape[k] == 0 || span == 0 ? 0 : span + (shape[k] - 1) * stride[k];
-  return view(E, buf_new(E, base + span, esize(dt)), dt, base, rank, shape, stride);
+  return view(E, buf_new(E, base + span, sdpa_dtype_size(dt)), dt, base, rank, shape, stride);
 }
 
 static pair ivec(env *E, int64_t n, const int32_t *vals) {
@@ -211,7 +211,7 @@ static void build_inputs(const scase *c, prob *f, int bwd) {
     if (c->packed) { /* needs sq == sk, h == hk */
       const int64_t w = 2 * c->d + c->dv;
       const int64_t st[4] = {c->sq * c->h * w, c->h * w, w, 1};
-      const int buf = buf_new(E, 1 + c->b * c->sq * c->h * w, esize(c->dt));
+      const int buf = buf_new(E, 1 + c->b * c->sq * c->h * w, sdpa_dtype_size(c->dt));
       f->q = view(E, buf, c->dt, 1, 4, qs, st);
       f->k = view(E, buf, c->dt, 1 + c->d, 4, ks, st);
       f->v = view(E, buf, c->dt, 1 + 2 * c->d, 4, vs, st);
