@@ -43,11 +43,18 @@ static size_t tensor_bytes(const sdpa_tensor *t) {
   return (size_t)span * sdpa_dtype_size(t->dtype);
 }
 
+/* The device twin, its allocation rounded up to whole 16-byte chunks: the
+ * chunk holding a padded row's last element is allocated, as in any buffer a
+ * [.., d] view with 16-byte aligned rows is taken from (the kernels copy
+ * aligned chunks whole, zero-filling past d: compute-sanitizer counts the
+ * chunk's bytes past the allocation as read even though they are dropped).
+ * The extra bytes are NaN (0xff), like the host padding. */
 static sdpa_tensor to_device(const sdpa_tensor *h) {
   sdpa_tensor d = *h;
   if (!h->data) return d;
-  size_t n = tensor_bytes(h);
-  CUDA_OK(cudaMalloc(&d.data, n ? n : 16));
+  size_t n = tensor_bytes(h), alloc = (n + 15) & ~(size_t)15;
+  CUDA_OK(cudaMalloc(&d.data, alloc ? alloc : 16));
+  if (alloc) CUDA_OK(cudaMemset(d.data, 0xff, alloc));
   if (n) CUDA_OK(cudaMemcpy(d.data, h->data, n, cudaMemcpyHostToDevice));
   return d;
 }
