@@ -347,8 +347,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         wg_keys_by_cols_ss(dk, s_s, s_q + col0);
         wg_commit(); /* dq_product's wait covers these */
 #pragma unroll 1
-        for (int u = wg; u < HD / dqn; u += 2)
-          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), 0, u, m0, sq, q_start, hh, wq, g, t, dqn);
+        for (int k = 0; k < HD / dqn / 2; ++k) /* a trip count the same for both warpgroups */
+          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), 0, 2 * k + wg, m0, sq, q_start, hh, wq,
+                     g, t, dqn);
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
       } else {
@@ -401,8 +402,11 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 
         /* dQ[BM, HD] += dS K: products of 64 rows x dqn columns, alternating warpgroups */
 #pragma unroll 1
-        for (int u = wg; u < (BM / 64) * (HD / dqn); u += 2)
-          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), u % (BM / 64), u / (BM / 64), m0, sq, q_start, hh, wq, g, t, dqn);
+        for (int k = 0; k < (BM / 64) * (HD / dqn) / 2; ++k) {
+          const int u = 2 * k + wg; /* (a trip count the same for both warpgroups) */
+          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), u % (BM / 64), u / (BM / 64), m0, sq,
+                     q_start, hh, wq, g, t, dqn);
+        }
       }
 
       if (it + 1 < n_it && tid < BM) {
