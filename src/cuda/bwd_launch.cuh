@@ -1,10 +1,12 @@
 /*
  * bwd_launch.cuh - what the backward instances share around their main
- * kernel (bwd_sm80_body.cuh for fp16 / bf16, bwd_tf32_body.cuh for fp32):
+ * kernel (bwd_sm80_body.cuh and bwd_sm90_body.cuh for fp16 / bf16,
+ * bwd_tf32_body.cuh for fp32):
  *   pre   D_i = rowsum(dO_i * O_i), lse2 = lse * log2(e), dQ accumulator = 0
  *   main  the four compilations of the body's bwd_body(prm, feat, det)
  *         (score features or not, deterministic or not); in a 16-bit row's
- *         _bias instance (SDPA_BWD_BIAS 1) the two of the bias form (feat 2)
+ *         _bias instance or a Hopper bias row (SDPA_BWD_BIAS 1) the two of
+ *         the bias form (feat 2)
  *   post  dQ = scale * accumulator (the slices added in order when
  *         deterministic), in the input dtype
  * and the host side: workspace size, parameter setup, the three launches on
@@ -145,6 +147,13 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
 #endif
   (void)row; /* the registry matched dtype, features and bucket (sdpa_row_refusal) */
+#if SDPA_BWD_BIAS
+  if (!p->bias) /* a bias row named by attn.kernel for a problem without one */
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: attn.kernel names a bias kernel but attn.bias is NULL; expected a "
+                     "bias, or attn.kernel NULL (the registry's choice)",
+                     SDPA_BSTR(SDPA_KERNEL_NAME));
+#endif
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);

@@ -140,21 +140,8 @@ static_assert(HD % 32 == 0 && HD <= 256, "head-dim bucket must be a multiple of 
 static_assert(BN % 16 == 0 && KW * DS == NWARPS && HDW % 16 == 0, "warps = key groups x d splits");
 static_assert(BM % 32 == 0 && NWARPS % QT == 0, "query block must split over the warps");
 static_assert(HD % CW == 0 && DQT % 2 == 0, "dQ chunks");
-static_assert(NTHREADS % BN == 0, "dbias zeroing: whole rows of a key block per pass");
 
-/* Physical chunk of logical chunk c in a shared row r of cpr chunks (XOR
- * swizzle in groups of 8, the remainder in a group of 4): every ldmatrix phase
- * (eight rows at one logical chunk) hits eight distinct bank groups. cpr and
- * cpr8 are compile-time constants: when cpr is a multiple of 8 the remainder
- * case cannot happen and the select folds away even for a run-time c. */
-__device__ __forceinline__ int bswz(int r, int c, int cpr, int cpr8) {
-  return (cpr == cpr8 || c < cpr8) ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
-}
-
-/* Swizzled chunk for a lane whose ldmatrix row is lane % 8 modulo 8. */
-__device__ __forceinline__ int bswz_lane(int c, int cpr, int cpr8, int x7, int x3) {
-  return (cpr == cpr8 || c < cpr8) ? (c ^ x7) : (c ^ x3);
-}
+#include "bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
 
 /* Rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
  * memory; rows >= rows_valid and columns >= d are zero-filled. rows is a
@@ -228,91 +215,6 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
   }
 }
 
-/* The bias tile of one step (queries m0 .. m0 + BM - 1, keys n0 .. n0 + BN -
- * 1 of head hh) into shared memory at sb: [BM][BN] 16-bit, chunks swizzled
- * by bswz, zero past sq / sk. By cp.async when every bias row is 16-byte
- * aligned (aligned), else by plain loads and shared stores; either is seen
- * by the block after the next wait + __syncthreads. */
-__device__ __forceinline__ void bwd_bias_tile(uint32_t sb, const sdpa_problem *p, int b, int hh,
-                                              int m0, int n0, int sq, int sk, int aligned, int tid) {
-  const uint16_t *g = (const uint16_t *)p->bias + b * p->bias_sb + hh * p->bias_sh + n0;
-#pragma unroll 1
-  for (int k = tid; k < BM * BCH; k += NTHREADS) {
-    const int r = k / BCH, c = k % BCH;
-    const int left = sk - n0 - c * 8;
-    const int n = m0 + r < sq && left > 0 ? (left < 8 ? left : 8) : 0; /* valid elements */
-    const uint16_t *src = g + (int64_t)(m0 + r) * p->bias_sq + c * 8;
-    const uint32_t dst = sb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16);
-    if (aligned) {
-      cp_async_16(dst, n ? (const void *)src : p->bias, 2 * n);
-    } else {
-      uint32_t w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) /* unrolled: w stays in registers */
-        if (e < n) w[e >> 1] |= (uint32_t)src[e] << (16 * (e & 1));
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]),
-                   "r"(w[2]), "r"(w[3]));
-    }
-  }
-}
-
-/* This warp's bias values of sub-step qh from the tile at sb, in the S^T
- * accumulator layout: bv[nq][hf] holds (key kw 16 + g + 8 hf; queries qh QS +
- * 8 nq + 2 t, + 1) in its low / high 16 bits. ldmatrix.trans of an 8 x 8
- * block (rows = queries, columns = keys) hands lane (g, t) exactly rows 2 t,
- * 2 t + 1 of column g: two x4 loads a sub-step. */
-__device__ __forceinline__ void bwd_bias_frag(uint32_t (*bv)[2], uint32_t sb, int qh, int kw,
-                                              int lane, int x7, int x3) {
-  const int m = lane >> 3;
-#pragma unroll
-  for (int a = 0; a < NQ; a += 2) {
-    const int r = qh * QS + 8 * (a + (m >> 1)) + (lane & 7);
-    uint32_t x[4];
-    ldmatrix_x4_trans(x, sb + (uint32_t)((r * BCH + bswz_lane(kw * 2 + (m & 1), BCH, BCH8, x7, x3)) * 16));
-    bv[a][0] = x[0], bv[a][1] = x[1], bv[a + 1][0] = x[2], bv[a + 1][1] = x[3];
-  }
-}
-
-/* The step's dbias tile (shared, [BM][BN] as the bias tile; rows m0 ..,
- * keys n0 .. of head hh) out to global memory: 16-byte stores when dbias's
- * rows are 16-byte aligned (dbias_aligned), else 16-bit ones; only i < sq,
- * j < sk. A warp covers whole rows: its stores are coalesced (the earlier
- * form, 16-bit stores from the score registers, cost 10-30%; bench/NOTES.md). */
-__device__ __forceinline__ void bwd_dbias_out(uint32_t sdb, const sdpa_problem *p, int b, int hh,
-                                              int m0, int n0, int sq, int sk, int dbias_aligned,
-                                              int tid) {
-  uint16_t *g = (uint16_t *)p->dbias + b * p->dbias_sb + hh * p->dbias_sh + n0;
-#pragma unroll 1
-  for (int k = tid; k < BM * BCH; k += NTHREADS) {
-    const int r = k / BCH, c = k % BCH, left = sk - n0 - c * 8;
-    if (m0 + r >= sq || left <= 0) continue;
-    uint32_t w[4];
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "r"(sdb + (uint32_t)((r * BCH + bswz(r, c, BCH, BCH8)) * 16)));
-    uint16_t *dst = g + (int64_t)(m0 + r) * p->dbias_sq + c * 8;
-    if (dbias_aligned && left >= 8) {
-      *(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        if (e < left) dst[e] = (uint16_t)(w[e >> 1] >> (16 * (e & 1)));
-    }
-  }
-}
-
-/* Zero dbias rows [i0, i1) x keys [j0, j1) (j1 - j0 <= BN) of head hh: the
- * tiles of a key block that the masks keep it from visiting (dbias is the
- * caller's buffer, and a masked element's gradient is 0). */
-__device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int hh, int i0, int i1,
-                                               int j0, int j1, int tid) {
-  uint16_t *base = (uint16_t *)p->dbias + b * p->dbias_sb + hh * p->dbias_sh;
-  const int j = j0 + tid % BN;
-  if (j >= j1) return;
-#pragma unroll 1
-  for (int i = i0 + tid / BN; i < i1; i += NTHREADS / BN) base[(int64_t)i * p->dbias_sq + j] = 0;
-}
-
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
 /* feat and det are literals at each kernel. feat 0 compiles only the plain
  * score path (masks, no softcap / alibi / dropout), 1 the general one, 2 the
@@ -337,7 +239,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
   const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
   const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off, m_lo = kf.m_lo, m_hi = kf.m_hi;
-  const int nm = kf.nm, n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
+  const int n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
   const int64_t q_start = kf.q_start;
 
   const uint32_t s_base = smem_u32(smem);
@@ -413,7 +315,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
                        (int64_t)n0 + BN - 1 - m0 <= whi;
       uint32_t bv[NQ][2];
-      if (feat == 2) bwd_bias_frag(bv, s_base + OFF_B + cur * SM_B, qh, kw, lane, x7, x3);
+      if (feat == 2) bwd_bias_frag(bv, s_base + OFF_B + cur * SM_B, qh * QS, NQ, kw, lane, x7, x3);
       /* dP^T = V dO^T and S^T = K Q^T for this warp's 16 keys x QS queries */
       float sp[NQ][4], ss[NQ][4];
       gemm_rows_by_queries(sp, v_lane, a_hi, s_do + qrow + (uint32_t)(b_row * CPR * 16), b_hi, x7, x3);
@@ -429,27 +331,11 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
                          keep_bits, feat, full, 1);
         } else {
           /* dbias of this sub-step into the shared dbias tile (bwd_dbias_out
-             writes it out): row r0 + 8 nq + 2 t + (e & 1), chunk kw 2 + (e >> 1) */
-          bwd_dbias_dst db;
-          const int r0 = qh * QS;
-          db.lane = ds == 0 && prm->has_dbias
-                        ? s_base + OFF_DB + (uint32_t)((r0 + 2 * t) * BCH * 16 + g * 2)
-                        : 0u;
-          db.row = BCH * 16;
-#pragma unroll
-          for (int lo = 0; lo < 2; ++lo)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-              db.col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
-          if (prm->has_softcap || prm->has_alibi || prm->has_dropout)
-            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv,
-                     &db, prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, SDPA_BIAS_KIND);
-          else if (full) /* bias only: the plain forms plus the bias */
-            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, &db,
-                     0, 0, 0, 0, SDPA_BIAS_KIND);
-          else
-            bwd_p_ds(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, &db,
-                     0, 0, 0, 1, SDPA_BIAS_KIND);
+             writes it out) */
+          const bwd_dbias_dst db = bwd_dbias_dst_at(s_base + OFF_DB, qh * QS, kw, g, t,
+                                                    ds == 0 && prm->has_dbias);
+          bwd_p_ds_bias_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
+                              keep_bits, bv, &db, full, SDPA_BIAS_KIND);
         }
       }
 
@@ -522,19 +408,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     }
   }
 
-  /* dbias of the query blocks this key block skips (masks) is zero */
-  if (feat == 2 && prm->has_dbias && n0 < sk) {
-    const int j1 = n0 + BN < sk ? n0 + BN : sk;
-#pragma unroll 1
-    for (int hh = hk * group; hh < (hk + 1) * group; ++hh) {
-      if (nm == 0) {
-        bwd_dbias_zero(p, b, hh, 0, sq, n0, j1, tid);
-      } else {
-        bwd_dbias_zero(p, b, hh, 0, m_lo * BM, n0, j1, tid);
-        bwd_dbias_zero(p, b, hh, (m_hi + 1) * BM, sq, n0, j1, tid);
-      }
-    }
-  }
+  if (feat == 2) bwd_dbias_zero_skipped(prm, &kf, b, hk, tid); /* dbias the masks skip: 0 */
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll

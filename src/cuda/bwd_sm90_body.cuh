@@ -5,11 +5,16 @@
  *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_bf16_hd128
  *   SDPA_DTYPE        BF16 or F16
  *   SDPA_HDIM         head-dim bucket: 64, 128 or 256
- *   SDPA_BLOCK_M      query rows per step (= SDPA_BLOCK_N: one tile shape)
+ *   SDPA_BLOCK_M      query rows per step (= SDPA_BLOCK_N, or half of it in
+ *                     a bias row where the bias tiles would not fit)
  *   SDPA_BLOCK_N      keys per block: 128 (two warpgroups of 64 keys) or 64
  *                     (both warpgroups on the same 64 keys, each half of
  *                     the dK / dV columns: d = 256)
  *   SDPA_WARPS        8 (two warpgroups)
+ *   SDPA_BWD_BIAS     0: a SDPA_BWD_SM90_KERNEL row (the plain and score-
+ *                     feature kernels), 1: a SDPA_BWD_SM90_BIAS_KERNEL row
+ *                     (the bias kernels, feat 2: every feature plus an
+ *                     additive bias and its dbias; bwd_bias.cuh)
  * and includes this file, which defines the kernels and
  *   extern "C" SDPA_KERNEL_NAME##_run / _workspace
  * through bwd_launch.cuh (the pre / post kernels and the host side, shared
@@ -38,8 +43,11 @@
  * the barrier that precedes the wgmma reading them.
  * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window in both alignments, alibi, softcap, dropout, GQA / MQA,
- * deterministic mode (bwd_sm80_common.cuh's dQ slices). Bias / dbias go to
- * the sm80 rows after this one in the registry.
+ * deterministic mode (bwd_sm80_common.cuh's dQ slices); in the bias rows
+ * an additive bias with dbias too: the step's [BM, BN] bias tile comes by
+ * cp.async with Q / dO (double-buffered) and is read by ldmatrix.trans in
+ * the S^T layout, dbias gathers in a shared tile written out by whole rows
+ * after the step (bwd_bias.cuh, shared with the mma.sync kernel).
  */
 #include <math.h>
 #include <stdint.h>
@@ -61,10 +69,15 @@
 #include "bwd_names.cuh"
 #include "bwd_elem16.cuh"
 
+#ifndef SDPA_BWD_BIAS
+#define SDPA_BWD_BIAS 0
+#endif
 #if SDPA_BWD_IS_BF16
 #define SDPA_TY bf16
+#define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #else
 #define SDPA_TY f16
+#define SDPA_BIAS_KIND 1 /* fp16 */
 #endif
 /* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
  * queries per sub-step (S^T / dP^T are m64n<qs>) and dQ columns per product
@@ -97,16 +110,22 @@ enum {
   DTW = HDW / 8,    /* n8 tiles of dK / dV */
   DQT = DQN > DQN_FD ? DQN / 8 : DQN_FD / 8, /* n8 tiles of a dQ product (at most) */
   ROWB = 128,       /* bytes of a swizzled row */
-  TILE = BM * HD * 2,
+  TILE = BM * HD * 2,    /* a Q or dO tile */
+  TILE_KV = BN * HD * 2, /* a K or V tile */
   SM_S = BN * BM * 2,
-  OFF_Q = 0,        /* Q [2][tile], dO [2][tile], K, V, dS^T, (d split) P^T, lse2 / D [4][BM] */
-  OFF_DO = 2 * TILE,
+  OFF_Q = 0,        /* Q [2][tile], dO [2][tile], K, V, dS^T, (d split) P^T, lse2 / D [4][BM], */
+  OFF_DO = 2 * TILE, /* (bias rows) bias [2][BM][BN], dbias [BM][BN] */
   OFF_K = 4 * TILE,
-  OFF_V = 5 * TILE,
-  OFF_S = 6 * TILE,
+  OFF_V = OFF_K + TILE_KV,
+  OFF_S = OFF_V + TILE_KV,
   OFF_P = OFF_S + SM_S,
   OFF_L = OFF_P + (DSG == 2 ? SM_S : 0),
-  SMEM_BYTES = OFF_L + 16 * BM + 1024, /* + slack to align the base to 1024 */
+  OFF_B = OFF_L + 16 * BM,
+  BCH = BN / 8,     /* bwd_bias.cuh's tiles: 16-byte chunks a row */
+  BCH8 = BCH & ~7,
+  SM_B = BM * BN * 2,
+  OFF_DB = OFF_B + 2 * SM_B,
+  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0) + 1024, /* + slack to align the base to 1024 */
   /* tile_load.cuh's geometry */
   CPR = HD / 8,
   EPC = 8,
@@ -115,7 +134,9 @@ enum {
   LOAD_PLAIN = 0
 };
 static_assert(NTHREADS == 256 && KWG * DSG == 2, "two warpgroups: keys x column splits");
-static_assert(BM == BN, "Q, dO, K and V tiles share one shape (tile_load's swz)");
+static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
+              "query steps of BN rows (half of it in a bias row)");
+static_assert(BM % QS == 0 && BM % 64 == 0, "whole sub-steps and 64-row dQ products a step");
 static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
 static_assert(QS >= QS_FD && BM % QS == 0 && QS_FD % 32 == 0, "sub-steps of 32-query halves");
 static_assert(DSG == 1 || (BM == 64 && HDW == 128), "d split: one 64-query step, 32 a warpgroup");
@@ -124,12 +145,15 @@ static_assert((BM / 64) * (HD / DQN) % 2 == 0 && (BM / 64) * (HD / DQN_FD) % 2 =
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 
 typedef uint16_t tile_elem;
-/* tile_load.cuh's chunk index: its address (r CPR + swz) 16 is the 128-byte
- * swizzle's (c / 8) BM 128 + r 128 + ((c % 8) ^ (r % 8)) 16. */
-__device__ __forceinline__ int swz(int r, int c) {
-  return (c >> 3) * BM * 8 + r * (8 - CPR) + ((c & 7) ^ (r & 7));
+/* tile_load.cuh's chunk index in a tile of `rows` rows: its address (r CPR +
+ * swz) 16 is the 128-byte swizzle's (c / 8) rows 128 + r 128 + ((c % 8) ^
+ * (r % 8)) 16. */
+__device__ __forceinline__ int swz(int r, int c, int rows) {
+  return (c >> 3) * rows * 8 + r * (8 - CPR) + ((c & 7) ^ (r & 7));
 }
+#define TILE_SWZ(r, c, rows) swz(r, c, rows)
 #include "tile_load.cuh"
+#include "bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
 
 /* x, which the compiler cannot see through: values derived from it (the
  * k-step descriptors) are computed where used, not hoisted out of the loops
@@ -264,6 +288,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
   const int64_t q_start = kf.q_start;
 
+  /* dbias of the query blocks the masks keep these keys from is 0 (first:
+     at the end, with dK / dV live, the d = 128 deterministic kernel spilled) */
+  if (feat == 2) bwd_dbias_zero_skipped(prm, &kf, b, hk, tid);
+
   float dk[DTW][4], dv[DTW][4];
   bwd_zero_acc(dk, DTW);
   bwd_zero_acc(dv, DTW);
@@ -280,6 +308,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       const int hh = hk * group, m0 = m_lo * BM;
       load_tile(base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid, p->q);
       load_tile(base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid, p->dout);
+      if (feat == 2) bwd_bias_tile(base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
       if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     }
     cp_async_commit();
@@ -308,6 +337,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
                   d, tid, p->q);
         load_tile(base + OFF_DO + (cur ^ 1) * TILE, do_b + m02 * dss + hh2 * dsh, dss, BM,
                   sq - m02, d, tid, p->dout);
+        if (feat == 2)
+          bwd_bias_tile(base + OFF_B + (cur ^ 1) * SM_B, p, b, hh2, m02, n0, sq, sk,
+                        prm->bias_aligned, tid);
         cp_async_commit();
         if (tid < BM) bwd_row_stats(prm, q_start, hh2, m02 + tid, sq, &nl, &nd);
       }
@@ -377,9 +409,25 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
           {
             const float *lse_t = s_lse + cur * BM + qh * qs, *dd_t = s_dd + cur * BM + qh * qs;
 #pragma unroll
-            for (int h2 = 0; h2 < qs / 32; ++h2)
-              bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2, dd_t + 32 * h2, b,
-                             hh, j_lo, q0 + 32 * h2, lane, sq, sk, off, keep[h2], feat, full, 1);
+            for (int h2 = 0; h2 < qs / 32; ++h2) {
+              if (feat == 2) { /* the bias; dbias into the shared dbias tile (bwd_dbias_out
+                                  writes it). (The bias loaded while the products ran, the
+                                  d = 128 kernel spilled.) */
+                uint32_t bv[4][2];
+                bwd_bias_frag(bv, base + OFF_B + cur * SM_B, qh * qs + 32 * h2, 4, kw, lane,
+                              lane & 7, (lane >> 1) & 3);
+                const bwd_dbias_dst db = /* (opaque: made here, not hoisted for the loop) */
+                    bwd_dbias_dst_at(opaque_u32(base + OFF_DB), qh * qs + 32 * h2,
+                                     (int)opaque_u32(kw), g, t, prm->has_dbias);
+                bwd_p_ds_bias_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2,
+                                    dd_t + 32 * h2, b, hh, j_lo, q0 + 32 * h2, lane, sq, sk, off,
+                                    keep[h2], bv, &db, full, SDPA_BIAS_KIND);
+              } else {
+                bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2, dd_t + 32 * h2,
+                               b, hh, j_lo, q0 + 32 * h2, lane, sq, sk, off, keep[h2], feat, full,
+                               1);
+              }
+            }
           }
           uint32_t pa[MS][4], da[MS][4];
           pack_frags(pa, ss, qs);
@@ -399,6 +447,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         }
         fence_proxy_async(); /* the dS^T stores, for the dQ products' reads */
         __syncthreads();
+        if (feat == 2 && prm->has_dbias) /* the step's dbias tile, complete after the barrier */
+          bwd_dbias_out(base + OFF_DB, p, b, hh, m0, n0, sq, sk, prm->dbias_aligned, tid);
 
         /* dQ[BM, HD] += dS K: products of 64 rows x dqn columns, alternating warpgroups */
 #pragma unroll 1
@@ -435,4 +485,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #undef SDPA_WG
 #undef SDPA_HDW
 #undef SDPA_TY
+#undef SDPA_BIAS_KIND
+#undef TILE_SWZ
 #include "bwd_elem16_undef.cuh"

@@ -37,10 +37,13 @@
    SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED | SDPA_FEAT_BIAS | SDPA_FEAT_DBIAS)
 
 /* What the Hopper backward rows support (src/cuda/bwd_sm90_body.cuh; a
- * bias / dbias goes to the sm80 rows after them). */
+ * bias / dbias goes to the Hopper bias rows after them), and the Hopper bias
+ * rows: the same plus a bias of any strides with a full dbias (d = 256 with
+ * a bias: the sm80 rows). */
 #define SDPA_BWD_SM90_FEATURES                                                           \
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
    SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
+#define SDPA_BWD_SM90_BIAS_FEATURES (SDPA_BWD_SM90_FEATURES | SDPA_FEAT_BIAS | SDPA_FEAT_DBIAS)
 
 /* What every decoding row supports (added by "decode": src/cuda/decode_*; the
  * rest: varlen, seqused_k, bias, dropout, probs, d_v != d, unaligned rows,
@@ -84,6 +87,7 @@ extern "C" {
 #define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)          \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
+#define SDPA_BWD_SM90_BIAS_KERNEL SDPA_BWD_SM90_KERNEL
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)            \
   sdpa_status name##_run(const sdpa_problem *p, const sdpa_kernel_row *row);     \
   size_t name##_workspace(const sdpa_problem *p, const sdpa_kernel_row *row);
@@ -104,6 +108,7 @@ extern "C" {
 #undef SDPA_SM90_KERNEL
 #undef SDPA_BWD_KERNEL
 #undef SDPA_BWD_SM90_KERNEL
+#undef SDPA_BWD_SM90_BIAS_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
 #undef SDPA_TF32_KERNEL

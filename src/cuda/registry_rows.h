@@ -38,11 +38,16 @@
   SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_TF32_FEATURES)
 /* Hopper backward rows: sm_90 only, and only in a build that compiled them */
 #ifdef SDPA_HAVE_SM90A
-#define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                     \
+#define SDPA_BWD_SM90_ROW_(name, dtype, hdim_min, hdim, bm, bn, features)                    \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 90, 90, SDPA_DT_##dtype##_, hdim, hdim_min, bm, bn,  \
-   SDPA_BWD_SM90_FEATURES, name##_run, name##_workspace, 0},
+   features, name##_run, name##_workspace, 0},
+#define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                     \
+  SDPA_BWD_SM90_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_SM90_FEATURES)
+#define SDPA_BWD_SM90_BIAS_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                \
+  SDPA_BWD_SM90_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_SM90_BIAS_FEATURES)
 #else
 #define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
+#define SDPA_BWD_SM90_BIAS_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
 #endif
 /* decoding rows (added by "decode"): run and workspace functions */
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
@@ -65,6 +70,7 @@
 #undef SDPA_SM90_KERNEL
 #undef SDPA_BWD_KERNEL
 #undef SDPA_BWD_SM90_KERNEL
+#undef SDPA_BWD_SM90_BIAS_KERNEL
 #undef SDPA_SIMT_KERNEL
 #undef SDPA_DECODE_KERNEL
 #undef SDPA_TF32_KERNEL

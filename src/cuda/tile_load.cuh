@@ -8,7 +8,9 @@
  * rounded up to a power of two: threads per row in the lane scheme, at
  * most 32, or whole warps dividing NTHREADS) and LOAD_RPP = NTHREADS / CPRP;
  * LOAD_PLAIN (1: the plain loop where CPR does not divide the block); the
- * element type tile_elem; and int swz(int r, int c).
+ * element type tile_elem; and int swz(int r, int c), or (a body whose
+ * swizzle depends on the tile's row count: the Hopper backward's 128-byte
+ * blocks of [rows][64]) TILE_SWZ(r, c, rows).
  */
 #ifndef SDPA_TILE_LOAD_CUH
 #define SDPA_TILE_LOAD_CUH
@@ -16,6 +18,10 @@
 #include <stdint.h>
 
 #include "ptx_cp_async.cuh"
+
+#ifndef TILE_SWZ
+#define TILE_SWZ(r, c, rows) swz(r, c)
+#endif
 
 static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
                   (NTHREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
@@ -46,7 +52,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
 #pragma unroll
       for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
         const int r = r0 + it * (NTHREADS / CPR);
-        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+        cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), g0 + it * step, 16);
       }
       return;
     }
@@ -54,7 +60,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
       const int r = r0 + it * (NTHREADS / CPR);
       const int ok = r < rows_valid && bytes > 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+      cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16),
                   ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
     }
   } else if (LOAD_PLAIN) { /* sm80 _full kernels: the lane scheme spilled 4 bytes at d = 192 */
@@ -63,7 +69,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
       const int r = i / CPR, c = i % CPR;
       const int rem = d - c * EPC;
       const int bytes = (r < rows_valid && rem > 0) ? (rem >= EPC ? 16 : rem * (16 / EPC)) : 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+      cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16),
                   bytes ? (const void *)(g + (int64_t)r * stride + c * EPC) : safe, bytes);
     }
   } else {
@@ -79,7 +85,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
 #pragma unroll 2
       for (int it = 0; it < rows / LOAD_RPP; ++it) {
         const int r = r0 + it * LOAD_RPP;
-        cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16), g0 + it * step, 16);
+        cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), g0 + it * step, 16);
       }
       return;
     }
@@ -87,7 +93,7 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     for (int it = 0; it < rows / LOAD_RPP; ++it) {
       const int r = r0 + it * LOAD_RPP;
       const int ok = r < rows_valid && bytes > 0;
-      cp_async_16(sbase + (uint32_t)((r * CPR + swz(r, c)) * 16),
+      cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16),
                   ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
     }
   }

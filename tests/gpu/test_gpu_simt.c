@@ -21,7 +21,10 @@
  * own choice (.expect: no attn.kernel, and explain must select that row):
  * the sm80 backward's bias kernels (bias of every broadcast pattern with a
  * full dbias, or without dbias; masks, softcap, alibi, dropout; atomic and
- * deterministic), and a broadcast dbias routed to bwd_simt.
+ * deterministic), and a broadcast dbias routed to bwd_simt. On sm_90 in a
+ * build with the Hopper bias rows (bwd_sm90_bias_*, d in (32, 64] and (96,
+ * 128]) the registry must select those instead (.hopper), and the case runs
+ * again forced onto its sm80 row, so both stay tested there.
  *
  *   test_gpu_simt            the whole matrix
  *   test_gpu_simt --small    a few small problems (for compute-sanitizer)
@@ -142,9 +145,12 @@ typedef struct scase {
   int varlen;    /* lengths in [1, sq] / [1, sk], sequence 1 empty, seqused_k on the last */
   int cache;     /* forward: 1 contiguous + cache_batch_idx, 2 paged (page 16) */
   int64_t pad;   /* odd: unaligned rows */
+  int64_t bpad;  /* more row padding of bias / dbias alone (odd: only their rows unaligned) */
   int packed;    /* q, k, v from one [b, s, h, 2d + d_v] buffer at element offset 1 */
   int probs;
   const char *expect; /* backward: let the registry choose, and expect this row */
+  int hopper;         /* ... or on sm_90, where the build has it, its bwd_sm90_bias_ twin */
+  const char *force;  /* backward: attn.kernel (no expectation checked) */
   int atomic;         /* backward: deterministic = 0 (dq compared to the first run only
                          within tolerance) */
 } scase;
@@ -246,7 +252,7 @@ static void build_modifiers(const scase *c, prob *f, int bwd) {
   if (c->bias) {
     f->bshape[0] = c->bias & BC_B ? 1 : c->b, f->bshape[1] = c->bias & BC_H ? 1 : c->h;
     f->bshape[2] = c->bias & BC_Q ? 1 : c->sq, f->bshape[3] = c->sk;
-    f->bias = tensor(E, c->dt, 4, f->bshape, c->pad, 0);
+    f->bias = tensor(E, c->dt, 4, f->bshape, c->pad + c->bpad, 0);
     fill(&f->bias);
     /* broadcast dims read with stride 0, as the contract allows */
     for (int k = 0; k < 3; ++k)
@@ -255,7 +261,7 @@ static void build_modifiers(const scase *c, prob *f, int bwd) {
       for (int64_t e = 0; e < test_numel(&f->bias.h); ++e)
         if (test_rng_uniform(&rng) < 0.1) test_set(&f->bias.h, e, -INFINITY);
     a->bias = f->bias.h, g->bias = f->bias.d;
-    if (bwd && c->dbias) f->dbias = tensor(E, c->dt, 4, f->bshape, c->pad, 0);
+    if (bwd && c->dbias) f->dbias = tensor(E, c->dt, 4, f->bshape, c->pad + c->bpad, 0);
   }
   a->scale = c->scale, a->softcap = c->softcap;
   a->causal = c->causal;
@@ -411,16 +417,18 @@ static void run_fwd(const scase *c) {
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-static void run_bwd(const scase *c) {
+/* 1 if the registry selected the case's Hopper bias row. */
+static int run_bwd(const scase *c) {
   prob f;
   memset(&f, 0, sizeof f);
   printf("-- bwd %s: %s b%lld h%lld/%lld s%lld/%lld d%lld/%lld%s\n", c->name,
          sdpa_dtype_string(c->dt), (long long)c->b, (long long)c->h, (long long)c->hk,
          (long long)c->sq, (long long)c->sk, (long long)c->d, (long long)c->dv,
          c->varlen ? " varlen" : "");
-  init_attn(&f, c->expect ? NULL : "bwd_simt");
+  init_attn(&f, c->force ? c->force : c->expect ? NULL : "bwd_simt");
   build_inputs(c, &f, 1);
   build_modifiers(c, &f, 1);
+  int hopper_row = 0;
 
   /* out and lse from the CPU forward */
   sdpa_fwd_desc fd;
@@ -429,7 +437,7 @@ static void run_bwd(const scase *c) {
   sdpa_status st = sdpa_fwd(&fd);
   if (!TEST_EXPECT(st == SDPA_OK, "%s: CPU sdpa_fwd: %s", c->name, sdpa_last_error())) {
     env_free(&f.E);
-    return;
+    return 0;
   }
   sdpa_bwd_desc hb, db;
   sdpa_bwd_init(&hb);
@@ -440,18 +448,23 @@ static void run_bwd(const scase *c) {
   db.out = f.out.d, db.lse = f.lse.d, db.dout = f.dout.d;
   db.dq = f.dq.d, db.dk = f.dk.d, db.dv = f.dv.d, db.dbias = f.dbias.d;
   db.deterministic = !c->atomic;
-  if (c->expect) {
-    char buf[8192], want[96];
-    snprintf(want, sizeof want, "selected: %s\n", c->expect);
+  if (c->expect && !c->force) {
+    char buf[8192], want[96], h90[64];
+    const char *row = c->expect;
     sdpa_status ex = sdpa_explain_bwd(&db, buf, sizeof buf);
+    int major = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    snprintf(h90, sizeof h90, "bwd_sm90_bias_%s", c->expect + strlen("bwd_sm80_"));
+    if (c->hopper && major == 9 && strstr(buf, h90)) row = h90, hopper_row = 1;
+    snprintf(want, sizeof want, "selected: %s\n", row);
     TEST_EXPECT(ex == SDPA_OK && strncmp(buf, want, strlen(want)) == 0,
-                "%s: expected the registry to select %s:\n%s", c->name, c->expect, buf);
+                "%s: expected the registry to select %s:\n%s", c->name, row, buf);
   }
   sdpa_problem p;
   st = sdpa_validate_bwd(&hb, &p);
   if (!TEST_EXPECT(st == SDPA_OK, "%s: validate: %s", c->name, sdpa_last_error())) {
     env_free(&f.E);
-    return;
+    return 0;
   }
   const int64_t n[3] = {f.nq * c->h * c->d, f.nk * c->hk * c->d, f.nk * c->hk * c->dv};
   const int64_t nfull = c->b * c->h * c->sq * c->sk;
@@ -525,6 +538,7 @@ static void run_bwd(const scase *c) {
     free(rdb[l]);
   }
   env_free(&f.E);
+  return hopper_row;
 }
 
 /* ---- the matrix -------------------------------------------------------------------------- */
@@ -533,20 +547,39 @@ static void run_bwd(const scase *c) {
 #define F16 SDPA_DTYPE_F16
 #define BF16 SDPA_DTYPE_BF16
 
-/* The bias through the registry: the sm80 backward's bias kernels for a full
- * dbias (or none), across the head-dim rows, tile edges, masks (the skipped
- * dbias tiles must come back zero: dbias is poisoned), every score feature,
- * atomic and deterministic; a dbias summed over a broadcast dim goes to
- * bwd_simt. */
+/* A case of the fast bias rows: the registry's choice, and where that was
+ * the Hopper bias row, the same case forced onto the sm80 row. */
+static void run_fast(scase c) {
+  c.hopper = 1;
+  if (run_bwd(&c)) {
+    c.force = c.expect;
+    run_bwd(&c);
+  }
+}
+
+/* The bias through the registry: the sm80 backward's bias kernels (and on
+ * sm_90 the Hopper bias rows) for a full dbias (or none), across the
+ * head-dim rows, tile edges, masks (the skipped dbias tiles must come back
+ * zero: dbias is poisoned), every score feature, atomic and deterministic,
+ * GQA (dbias per query head), unaligned bias rows; a dbias summed over a
+ * broadcast dim goes to bwd_simt. */
 static void fast_bias(void) {
   scase c;
   c = mk("fb_full_causal", BF16, 2, 4, 2, 200, 260, 128, 128);
   c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd128";
-  run_bwd(&c);
+  run_fast(c);
   c = mk("fb_full_atomic", F16, 2, 2, 2, 150, 150, 128, 128);
-  c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128", run_bwd(&c);
+  c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
   c = mk("fb_bh_window", F16, 2, 4, 4, 130, 70, 64, 64), c.bias = 1 | BC_B | BC_H;
-  c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64", run_bwd(&c);
+  c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64", run_fast(c);
+  c = mk("fb_d100_gqa4_unaligned_all_mods", F16, 2, 4, 1, 150, 300, 100, 100);
+  c.bias = 1, c.bpad = 3, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2;
+  c.dropout = 0.17f, c.causal = 1, c.top_left = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
+  c = mk("fb_d64_gqa4_window_steps", BF16, 1, 8, 2, 300, 270, 64, 64);
+  c.bias = 1, c.dbias = 1, c.wset = 1, c.wl = 40, c.wr = 10, c.expect = "bwd_sm80_bf16_hd64";
+  run_fast(c);
+  c = mk("fb_d128_q_bcast_softcap", BF16, 2, 2, 2, 190, 140, 128, 128), c.bias = 1 | BC_Q;
+  c.softcap = 4.f, c.atomic = 1, c.expect = "bwd_sm80_bf16_hd128", run_fast(c);
   c = mk("fb_all_mods", BF16, 1, 4, 1, 90, 140, 256, 256);
   c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2, c.dropout = 0.17f;
   c.expect = "bwd_sm80_bf16_hd256", run_bwd(&c);
@@ -573,7 +606,9 @@ static void small(void) {
   c = mk("small_varlen", BF16, 3, 4, 2, 20, 37, 130, 130), c.varlen = 1, c.causal = 1;
   run_bwd(&c);
   c = mk("small_fast_bias", BF16, 1, 2, 1, 70, 150, 64, 64), c.bias = 1, c.bias_ninf = 1;
-  c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64", run_bwd(&c);
+  c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64", run_fast(c);
+  c = mk("small_fast_bias_d128", F16, 1, 2, 1, 90, 150, 128, 128), c.bias = 1, c.bpad = 1;
+  c.dbias = 1, c.wset = 1, c.wl = 30, c.wr = 0, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
 }
 
 int main(int argc, char **argv) {
