@@ -130,6 +130,24 @@ static void run_refusal(void) {
     TEST_EXPECT(st == SDPA_OK, "unaligned backward runs on a fallback row: %s", sdpa_last_error());
   }
   bwd_case_release(&f);
+
+  /* a Hopper bias row named by attn.kernel for a problem without a bias:
+     refused with a message (where the build and the GPU have the row) */
+  c = bwd_case("bias_row_without_bias", SDPA_DTYPE_BF16, 1, 2, 2, 40, 40, 64);
+  printf("-- %s\n", c.name);
+  if (bwd_case_build(&c, &f, &rng)) {
+    char buf[4096];
+    const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
+    int major = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (ex == SDPA_OK && major == 9 && strstr(buf, "bwd_sm90_bias_bf16_hd64")) {
+      f.dev.attn.kernel = "bwd_sm90_bias_bf16_hd64";
+      const sdpa_status st = sdpa_bwd(&f.dev);
+      TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), "attn.bias is NULL"),
+                  "a bias row without a bias: %s: %s", sdpa_status_string(st), sdpa_last_error());
+    }
+  }
+  bwd_case_release(&f);
 }
 
 /* ---- timing ------------------------------------------------------------------------- */
