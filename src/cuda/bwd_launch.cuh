@@ -20,16 +20,9 @@
  *   bwd_st8(x, f, n)               x[0..n) = f[0..n) in the element type, n <= 8
  *                                  (one 16-byte aligned store when n >= 8)
  * and the names of bwd_names.cuh; SDPA_BWD_BIAS_SIBLING (16-bit body) when
- * the row's run function hands bias problems to its _bias instance; and
- * SDPA_BWD_TURNS 1 (the Hopper body: BM rows a query step) for the
- * deterministic mode by turns (bwd_turns.cuh: one block a key block, dQ
- * added in key-block order) instead of dQ slices. This file #undef's the
- * names and the row's fields at the end.
+ * the row's run function hands bias problems to its _bias instance. This
+ * file #undef's the names and the row's fields at the end.
  */
-#ifndef SDPA_BWD_TURNS
-#define SDPA_BWD_TURNS 0
-#endif
-enum { TURN_BM = SDPA_BWD_TURNS ? BM : 0 }; /* query rows a turn (0: slices) */
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
 /* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
@@ -123,19 +116,9 @@ static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
 extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
 #endif
 
-/* dQ slices: 1, or bwd_det_splits in the deterministic mode of a slicing body */
-static int SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
-  return SDPA_BWD_TURNS ? 1 : bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
-}
-
-static bwd_ws_layout SDPA_BPASTE(SDPA_KERNEL_NAME, _layout)(const sdpa_problem *p) {
-  return bwd_workspace_layout(p, HD, SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p),
-                              p->deterministic ? TURN_BM : 0);
-}
-
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
-  return SDPA_BPASTE(SDPA_KERNEL_NAME, _layout)(p).bytes;
+  return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
 }
 
 static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm) {
@@ -143,17 +126,9 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   cudaStream_t stream = (cudaStream_t)p->stream;
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
-  if (prm->turns) { /* every turn starts at 0 (a memset node under graph capture) */
-    const cudaError_t e = cudaMemsetAsync(prm->turns, 0, (size_t)p->b * p->h * prm->turn_mq * 4u,
-                                          stream);
-    if (e != cudaSuccess)
-      return sdpa_fail(SDPA_ERR_CUDA, "%s: clearing the turn counters failed: %s",
-                       SDPA_BSTR(SDPA_KERNEL_NAME), cudaGetErrorString(e));
-  }
   const int64_t nkb = (p->s_k + BN - 1) / BN;
-  if (nkb > 0) { /* slices: nsplit blocks walk the key blocks; else one a key block */
-    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_TURNS ? prm->nsplit : nkb),
-                    (unsigned)p->h_k, (unsigned)p->b);
+  if (nkb > 0) {
+    const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
     const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
     const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
@@ -190,8 +165,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      "(2^31-1, 65535, 65535)",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
-  const int nsplit = SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p);
-  const bwd_ws_layout lay = SDPA_BPASTE(SDPA_KERNEL_NAME, _layout)(p);
+  const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
 
   sdpa_bwd_sm80_params prm;
   prm.p = *p;
@@ -225,9 +200,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
-  prm.turns = p->deterministic && TURN_BM ? (int *)(ws + lay.turns) : NULL;
-  prm.turn_mq = (int)bwd_turn_mq(p, p->deterministic ? TURN_BM : 0);
-  prm.slice = p->deterministic && !SDPA_BWD_TURNS ? prm.total_q * p->h * HD : 0;
+  prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
   const sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm);
   return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_BSTR(SDPA_KERNEL_NAME));
 }
@@ -243,7 +216,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WS
 #undef SDPA_BIAS_RUN
 #undef SDPA_BWD_BIAS
-#undef SDPA_BWD_TURNS
 #undef SDPA_BPASTE_
 #undef SDPA_BPASTE
 #undef SDPA_BSTR_

@@ -12,9 +12,6 @@
  *                                      bucket; nsplit slices in deterministic mode
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
- *   turns  [b][h][mq] (int32)   deterministic mode of a turn-taking body (the Hopper
- *                               backward, bwd_turns.cuh): whose turn it is to add
- *                               into dQ of each query block; no dQ slices then
  */
 #ifndef SDPA_BWD_SM80_COMMON_CUH
 #define SDPA_BWD_SM80_COMMON_CUH
@@ -28,10 +25,7 @@
 typedef struct sdpa_bwd_sm80_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
-  int *turns;          /* deterministic mode of a turn-taking body (bwd_turns.cuh): [b][h][turn_mq]
-                          counters, else NULL */
-  int turn_mq;         /* query blocks a (batch, head) row of turns */
-  int64_t slice;       /* floats between dQ slices (0 unless deterministic with slices) */
+  int64_t slice;       /* floats between dQ slices (0 unless deterministic) */
   int nsplit;          /* dQ slices: 1, or bwd_det_splits in deterministic mode */
   int64_t total_q;     /* rows of dq_acc / dsum / lse2 */
   float score_mul;     /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
@@ -46,7 +40,7 @@ typedef struct sdpa_bwd_sm80_params {
 } sdpa_bwd_sm80_params;
 
 typedef struct bwd_ws_layout {
-  size_t dq_acc, dsum, lse2, turns; /* byte offsets (turns: 0 bytes unless turn_bm) */
+  size_t dq_acc, dsum, lse2;      /* byte offsets */
   size_t bytes;                   /* total */
 } bwd_ws_layout;
 
@@ -81,21 +75,13 @@ SDPA_HD int bwd_det_splits(const sdpa_problem *p, int hdim, int block_n, int sms
   return best;
 }
 
-/* turn_bm > 0: the turn counters of a deterministic turn-taking body with
- * turn_bm-row query blocks, [b][h][ceil(s_q / turn_bm)] int32 (bwd_turns.cuh). */
-SDPA_HD int64_t bwd_turn_mq(const sdpa_problem *p, int turn_bm) {
-  return turn_bm > 0 ? (p->s_q + turn_bm - 1) / turn_bm : 0;
-}
-
-SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit,
-                                           int turn_bm) {
+SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit) {
   bwd_ws_layout w;
   const size_t rows = (size_t)bwd_total_q(p), h = (size_t)p->h;
   w.dq_acc = 0;
   w.dsum = bwd_align256((size_t)nsplit * rows * h * (size_t)hdim * 4u);
   w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
-  w.turns = w.lse2 + bwd_align256(rows * h * 4u);
-  w.bytes = w.turns + bwd_align256((size_t)p->b * h * (size_t)bwd_turn_mq(p, turn_bm) * 4u);
+  w.bytes = w.lse2 + bwd_align256(rows * h * 4u);
   if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */
   return w;
 }

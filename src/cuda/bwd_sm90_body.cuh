@@ -43,7 +43,7 @@
  * the barrier that precedes the wgmma reading them.
  * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window in both alignments, alibi, softcap, dropout, GQA / MQA,
- * deterministic mode (bwd_turns.cuh: dQ added in key-block order); in the bias rows
+ * deterministic mode (bwd_sm80_common.cuh's dQ slices); in the bias rows
  * an additive bias with dbias too: the step's [BM, BN] bias tile comes by
  * cp.async with Q / dO (double-buffered) and is read by ldmatrix.trans in
  * the S^T layout, dbias gathers in a shared tile written out by whole rows
@@ -59,7 +59,6 @@
 #include "../registry.h"
 #include "bwd_scores.cuh"
 #include "bwd_sm80_common.cuh"
-#include "bwd_turns.cuh"
 #include "ptx_atomic.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
@@ -262,9 +261,8 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
-/* feat (0 plain, 1 softcap / alibi / dropout, 2 the bias rows' bias forms)
- * and det (deterministic: dQ added in turns, bwd_turns.cuh) are literals at
- * each kernel (bwd_launch.cuh). */
+/* feat (0 plain, 1 softcap / alibi / dropout) and det (deterministic: walk
+ * this block's key blocks) are literals at each kernel (bwd_launch.cuh). */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -283,13 +281,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int fk = (int)bwd_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
 #pragma unroll 1
-  /* one key block a block (the deterministic mode takes turns: bwd_turns.cuh) */
-  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; more = 0) {
+  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; nblk += gridDim.x, more = det) {
+  if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
   const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
-  const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off;
-  /* the query blocks in (head, block) order, blocks backwards when deterministic
-     (bwd_turns.cuh: every key block of a head meets a query block in lock step) */
-  const int m_first = det ? kf.m_hi : kf.m_lo, m_last = det ? kf.m_lo : kf.m_hi;
+  const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off, m_lo = kf.m_lo, m_hi = kf.m_hi;
   const int n_it = kf.n_it, group = prm->h_per_hk, d = (int)p->d;
   const int64_t q_start = kf.q_start;
 
@@ -310,7 +305,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
     const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
     {
-      const int hh = hk * group, m0 = m_first * BM;
+      const int hh = hk * group, m0 = m_lo * BM;
       load_tile(base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid, p->q);
       load_tile(base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid, p->dout);
       if (feat == 2) bwd_bias_tile(base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
@@ -323,12 +318,11 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     const uint32_t k_wg = s_k + kwg * 64 * ROWB, v_wg = s_v + kwg * 64 * ROWB; /* A rows */
     const uint32_t col0 = (uint32_t)(dsg * (HDW / 64) * BM * ROWB); /* dK / dV column block */
 
-    int hh = hk * group, mb = m_first; /* this step's query head and block */
+    int hh = hk * group, mb = m_lo; /* this step's query head and block: (head, block) order */
 #pragma unroll 1
     for (int it = 0; it < n_it; ++it) {
       const int cur = it & 1, m0 = mb * BM;
-      const int wrap = mb == m_last, hh2 = hh + wrap; /* next step */
-      const int mb2 = wrap ? m_first : mb + (det ? -1 : 1);
+      const int wrap = mb == m_hi, hh2 = hh + wrap, mb2 = wrap ? m_lo : mb + 1; /* next step */
       const uint32_t s_q = base + OFF_Q + cur * TILE, s_do = base + OFF_DO + cur * TILE;
       cp_async_wait_all(); /* Q / dO of this step landed (and K / V on the first) */
       fence_proxy_async(); /* ... visible to wgmma once the barrier passes */
@@ -384,14 +378,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         wg_keys_by_cols_ss(dv, s_p, s_do + col0);
         wg_keys_by_cols_ss(dk, s_s, s_q + col0);
         wg_commit(); /* dq_product's wait covers these */
-        if (det) /* the warp's turn to add into dQ (bwd_turns.cuh) */
-          bwd_turn_wait(bwd_turn_at(prm, b, hh, mb),
-                        bwd_turn_rank(prm, sq, sk, off, nblk, mb, BN, BM), NTHREADS / 32, lane);
 #pragma unroll 1
         for (int k = 0; k < HD / dqn / 2; ++k) /* a trip count the same for both warpgroups */
           dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), 0, 2 * k + wg, m0, sq, q_start, hh, wq,
                      g, t, dqn);
-        if (det) bwd_turn_pass(bwd_turn_at(prm, b, hh, mb), lane);
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
       } else {
@@ -461,16 +451,12 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
           bwd_dbias_out(base + OFF_DB, p, b, hh, m0, n0, sq, sk, prm->dbias_aligned, tid);
 
         /* dQ[BM, HD] += dS K: products of 64 rows x dqn columns, alternating warpgroups */
-        if (det) /* the warp's turn to add into dQ (bwd_turns.cuh) */
-          bwd_turn_wait(bwd_turn_at(prm, b, hh, mb),
-                        bwd_turn_rank(prm, sq, sk, off, nblk, mb, BN, BM), NTHREADS / 32, lane);
 #pragma unroll 1
         for (int k = 0; k < (BM / 64) * (HD / dqn) / 2; ++k) {
           const int u = 2 * k + wg; /* (a trip count the same for both warpgroups) */
           dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), u % (BM / 64), u / (BM / 64), m0, sq,
                      q_start, hh, wq, g, t, dqn);
         }
-        if (det) bwd_turn_pass(bwd_turn_at(prm, b, hh, mb), lane);
       }
 
       if (it + 1 < n_it && tid < BM) {
@@ -494,7 +480,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #endif
 }
 
-#define SDPA_BWD_TURNS 1 /* deterministic mode by turns, not dQ slices */
 #include "bwd_launch.cuh"
 
 #undef SDPA_WG
