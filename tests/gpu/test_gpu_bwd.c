@@ -287,6 +287,13 @@ int main(int argc, char **argv) {
   c.causal = 1, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d256_varlen_det", BF16, 3, 2, 1, 130, 140, 256), c.varlen = 1, c.wl = 60,
   c.wr = 5, c.sm90 = 1, run_case(&c, 5);
+  /* the Hopper rows' deterministic turns (bwd_turns.cuh): many key blocks a head
+     under GQA, causal top-left with s_q > s_k, a left window (the first key
+     block of a query block is not 0) */
+  c = bwd_case("sm90_d128_det_causal_tl_gqa4", F16, 1, 8, 2, 520, 300, 128), c.causal = 1,
+  c.top_left = 1, c.sm90 = 1, run_case(&c, 5);
+  c = bwd_case("sm90_d64_det_window_gqa2", BF16, 2, 4, 2, 600, 700, 64), c.wl = 150, c.wr = 30,
+  c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
   run_refusal();
   return test_summary();

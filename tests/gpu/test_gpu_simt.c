@@ -572,7 +572,7 @@ static void fast_bias(void) {
   c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
   c = mk("fb_bh_window", F16, 2, 4, 4, 130, 70, 64, 64), c.bias = 1 | BC_B | BC_H;
   c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64", run_fast(c);
-  c = mk("fb_d100_gqa4_unaligned_all_mods", F16, 2, 4, 1, 150, 300, 100, 100), c.pad = 4;
+  c = mk("fb_d112_gqa4_unaligned_bias_all_mods", F16, 2, 4, 1, 150, 300, 112, 112);
   c.bias = 1, c.bpad = 3, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2;
   c.dropout = 0.17f, c.causal = 1, c.top_left = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
   c = mk("fb_d64_gqa4_window_steps", BF16, 1, 8, 2, 300, 270, 64, 64);
