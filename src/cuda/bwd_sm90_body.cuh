@@ -139,7 +139,8 @@ static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
 static_assert(BM % QS == 0 && BM % 64 == 0, "whole sub-steps and 64-row dQ products a step");
 static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
 static_assert(QS >= QS_FD && BM % QS == 0 && QS_FD % 32 == 0, "sub-steps of 32-query halves");
-static_assert(DSG == 1 || (BM == 64 && HDW == 128), "d split: one 64-query step, 32 a warpgroup");
+static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN && DQN == DQN_FD),
+              "d split: one 64-query step, 32 a warpgroup, one dQ product a warpgroup");
 static_assert((BM / 64) * (HD / DQN) % 2 == 0 && (BM / 64) * (HD / DQN_FD) % 2 == 0,
               "dQ products: an even number, alternating warpgroups");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
@@ -226,14 +227,10 @@ __device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], i
     }
 }
 
-/* dQ[64 rows of block rb, dqn (a literal, 64 or 128) columns of chunk cc]
- * += dS K, added to the fp32 accumulator (rows past sq skipped). */
-__device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
-                                           uint32_t s_k, int rb, int cc, int m0, int sq,
-                                           int64_t q_start, int hh, int wq, int g, int t,
-                                           const int dqn) {
-  float acc[DQT][4];
-  wg_fence();
+/* acc = dS K for dQ[64 rows of block rb, dqn (a literal, 64 or 128) columns
+ * of chunk cc]: the wgmma issue only (no fence, commit or wait). */
+__device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t s_k, int rb,
+                                         int cc, const int dqn) {
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) {
     const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
@@ -243,9 +240,13 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
     else
       SDPA_WG(sstt, 64)(acc, da, db, ks > 0);
   }
-  wg_commit();
-  wg_wait0();
-  wg_fence_acc(acc, dqn / 8);
+}
+
+/* acc (dq_issue's, complete) added to the fp32 accumulator (rows past sq
+ * skipped). */
+__device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float (*acc)[4], int rb,
+                                          int cc, int m0, int sq, int64_t q_start, int hh, int wq,
+                                          int g, int t, const int dqn) {
   /* (red.global.add.v4 after a lane-pair exchange, one 16-byte reduction a
    * tile instead of two 8-byte ones, measured 2-5% slower: bench/NOTES.md) */
   const sdpa_problem *p = &prm->p;
@@ -258,6 +259,20 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
 #pragma unroll
     for (int j = 0; j < dqn / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
   }
+}
+
+/* dQ[64 rows of block rb, dqn columns of chunk cc] += dS K, on its own. */
+__device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
+                                           uint32_t s_k, int rb, int cc, int m0, int sq,
+                                           int64_t q_start, int hh, int wq, int g, int t,
+                                           const int dqn) {
+  float acc[DQT][4];
+  wg_fence();
+  dq_issue(acc, s_s, s_k, rb, cc, dqn);
+  wg_commit();
+  wg_wait0();
+  wg_fence_acc(acc, dqn / 8);
+  dq_reduce(prm, acc, rb, cc, m0, sq, q_start, hh, wq, g, t, dqn);
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
@@ -372,16 +387,21 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
+        /* this warpgroup's dQ columns (one product: HD = 2 dqn) first, then
+           dV, dK; the dQ reductions run while dV / dK are on the tensor cores */
+        float dqa[DQT][4];
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
         wg_fence();
+        dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, dqn);
+        wg_commit();
         wg_keys_by_cols_ss(dv, s_p, s_do + col0);
         wg_keys_by_cols_ss(dk, s_s, s_q + col0);
-        wg_commit(); /* dq_product's wait covers these */
-#pragma unroll 1
-        for (int k = 0; k < HD / dqn / 2; ++k) /* a trip count the same for both warpgroups */
-          dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), 0, 2 * k + wg, m0, sq, q_start, hh, wq,
-                     g, t, dqn);
+        wg_commit();
+        wg_wait1(); /* the dQ group only */
+        wg_fence_acc(dqa, dqn / 8);
+        dq_reduce(prm, dqa, 0, wg, m0, sq, q_start, hh, wq, g, t, dqn);
+        wg_wait0();
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
       } else {

@@ -41,6 +41,11 @@ __device__ __forceinline__ void wg_commit(void) {
 __device__ __forceinline__ void wg_wait0(void) {
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+/* All but the most recent committed group complete (the older ones, in
+ * commit order). */
+__device__ __forceinline__ void wg_wait1(void) {
+  asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 
 /* Pins n8 column tiles [0, n) of an accumulator in place (no code): reads of
  * them cannot move above, nor writes below, this point. */
