@@ -31,7 +31,11 @@
  *                                warp's 16 keys: the m16n8 layout is the A
  *                                fragment), B = dO / Q read N-major
  *   dQ = dS K                    wgmma m64n<DQN>, A = dS^T and B = K both
- *                                read MN-major from shared memory
+ *                                read MN-major from shared memory; added to
+ *                                the fp32 accumulator by red.global (d = 256:
+ *                                issued first, reduced while dV / dK run;
+ *                                its deterministic kernels: bulk reductions
+ *                                from shared memory, dq_bulk)
  * Each warp owns 16 keys exactly as in the mma.sync kernel, so the
  * elementwise middle is bwd_scores.cuh's code unchanged (masks, softcap,
  * alibi, dropout recomputed from Philox).
@@ -292,9 +296,9 @@ __device__ __forceinline__ uint32_t dq_stage_row(uint32_t qh, uint32_t doh, uint
  * skipped, issued by lanes t < 2 (one row each) in one bulk group. The
  * issuers wait for the reads (bulk_wait_read0) before anyone reuses the
  * space. The slices (bwd_det_splits of them) miss L2, where whole-row
- * reductions beat per-lane red.global by 13% (s 4096); in the atomic
+ * reductions beat per-lane red.global by 12% (s 4096); in the atomic
  * kernels the staging, after dV / dK, cost more than the red.global's
- * overlap with them (-2..4%): bench/NOTES.md. */
+ * overlap with them (-1..4%): bench/NOTES.md. */
 __device__ __forceinline__ void dq_bulk(const sdpa_bwd_sm80_params *prm, float (*acc)[4],
                                         uint32_t qh, uint32_t doh, uint32_t xa, int wg, int m0,
                                         int sq, int64_t q_start, int hh, int wq, int g, int t) {
@@ -406,7 +410,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       __syncthreads();     /* ... for every thread; everyone is done with the other buffers */
 
       /* d split: S^T / dP^T for the warpgroup's 32 queries go to the tensor
-         cores before the prefetch's address work (+0.5..0.8%) */
+         cores before the prefetch's address work (+0.5..1.3%) */
       float spd[4][4], ssd[4][4];
       if (DSG == 2) {
         wg_fence();
