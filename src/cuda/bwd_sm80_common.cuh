@@ -147,11 +147,11 @@ __device__ __forceinline__ bwd_kframe bwd_kframe_make(const sdpa_bwd_sm80_params
 
 /* The 16-bit backwards' ldmatrix swizzle (bwd_sm80_body.cuh's tiles, the
  * bias and dbias tiles of bwd_bias.cuh): physical chunk of logical chunk c
- * in a shared row r of cpr chunks (XOR
- * swizzle in groups of 8, the remainder in a group of 4): every ldmatrix phase
- * (eight rows at one logical chunk) hits eight distinct bank groups. cpr and
- * cpr8 are compile-time constants: when cpr is a multiple of 8 the remainder
- * case cannot happen and the select folds away even for a run-time c. */
+ * in a shared row r of cpr chunks (XOR swizzle in groups of 8, the remainder
+ * in a group of 4): every ldmatrix phase (eight rows at one logical chunk)
+ * hits eight distinct bank groups. cpr and cpr8 are compile-time constants:
+ * when cpr is a multiple of 8 the remainder case cannot happen and the
+ * select folds away even for a run-time c. */
 __device__ __forceinline__ int bswz(int r, int c, int cpr, int cpr8) {
   return (cpr == cpr8 || c < cpr8) ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
