@@ -36,9 +36,9 @@ static const sdpa_kernel_row rows[] = {
 #include "cuda/registry_rows.h"
 #endif
     {"cpu_fwd", SDPA_OP_FWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0},
+     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0, 0},
     {"cpu_bwd", SDPA_OP_BWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0},
+     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0, 0},
 };
 
 int sdpa_registry_count(void) { return (int)(sizeof rows / sizeof rows[0]); }
@@ -158,11 +158,18 @@ const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, 
              row->max_head_dim);
     return why;
   }
-  unsigned missing = sdpa_problem_features(p) & ~row->features;
+  const unsigned f = sdpa_problem_features(p);
+  unsigned missing = f & ~row->features;
   if (missing) {
     char names[256];
     sdpa_feature_names(missing, names, sizeof names);
     snprintf(why, n, "does not support: %s", names);
+    return why;
+  }
+  if (row->required & ~f) {
+    char names[256];
+    sdpa_feature_names(row->required & ~f, names, sizeof names);
+    snprintf(why, n, "needs: %s (a kernel for problems with it)", names);
     return why;
   }
   return NULL;

@@ -63,6 +63,8 @@ struct sdpa_kernel_row {
   sdpa_kernel_run_fn run;
   sdpa_kernel_ws_fn workspace; /* NULL = needs none */
   int variant;              /* kernel-private index (e.g. instance id) */
+  unsigned required;        /* SDPA_FEAT_* the problem must have (0: none; the Hopper
+                               backward's bias rows: a bias) */
 };
 
 /* Features p needs (a pure function of the problem). */

@@ -148,10 +148,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #endif
   (void)row; /* the registry matched dtype, features and bucket (sdpa_row_refusal) */
 #if SDPA_BWD_BIAS
-  if (!p->bias) /* a bias row named by attn.kernel for a problem without one */
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: attn.kernel names a bias kernel but attn.bias is NULL; expected a "
-                     "bias, or attn.kernel NULL (the registry's choice)",
+  if (!p->bias) /* the registry sends only problems with a bias (row.required) */
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a bias kernel called without a bias",
                      SDPA_BSTR(SDPA_KERNEL_NAME));
 #endif
   if (p->d > HD || p->d != p->d_v)

@@ -341,8 +341,9 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
-/* feat (0 plain, 1 softcap / alibi / dropout) and det (deterministic: walk
- * this block's key blocks) are literals at each kernel (bwd_launch.cuh). */
+/* feat (0 plain, 1 softcap / alibi / dropout, 2 the bias rows' forms: those
+ * and the bias with dbias) and det (deterministic: walk this block's key
+ * blocks, dQ into its slice) are literals at each kernel (bwd_launch.cuh). */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -132,7 +132,8 @@ static void run_refusal(void) {
   bwd_case_release(&f);
 
   /* a Hopper bias row named by attn.kernel for a problem without a bias:
-     refused with a message (where the build and the GPU have the row) */
+     refused by the registry with a message (where the build and the GPU have
+     the row), and explain does not select it either */
   c = bwd_case("bias_row_without_bias", SDPA_DTYPE_BF16, 1, 2, 2, 40, 40, 64);
   printf("-- %s\n", c.name);
   if (bwd_case_build(&c, &f, &rng)) {
@@ -143,8 +144,14 @@ static void run_refusal(void) {
     if (ex == SDPA_OK && major == 9 && strstr(buf, "bwd_sm90_bias_bf16_hd64")) {
       f.dev.attn.kernel = "bwd_sm90_bias_bf16_hd64";
       const sdpa_status st = sdpa_bwd(&f.dev);
-      TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), "attn.bias is NULL"),
+      TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), "needs: bias"),
                   "a bias row without a bias: %s: %s", sdpa_status_string(st), sdpa_last_error());
+      const char *line = strstr(buf, "bwd_sm90_bias_bf16_hd64 ");
+      const char *end = line ? strchr(line, '\n') : NULL;
+      const char *why = line ? strstr(line, "no: needs: bias") : NULL;
+      TEST_EXPECT(why && end && why < end &&
+                      strncmp(buf, "selected: bwd_sm90_bf16_hd64\n", 29) == 0,
+                  "explain selects the plain row and refuses the bias row (needs: bias):\n%s", buf);
     }
   }
   bwd_case_release(&f);
@@ -287,12 +294,16 @@ int main(int argc, char **argv) {
   c.causal = 1, c.sm90 = 1, run_case(&c, 0);
   c = bwd_case("sm90_d256_varlen_det", BF16, 3, 2, 1, 130, 140, 256), c.varlen = 1, c.wl = 60,
   c.wr = 5, c.sm90 = 1, run_case(&c, 5);
-  /* the Hopper rows' deterministic turns (bwd_turns.cuh): many key blocks a head
-     under GQA, causal top-left with s_q > s_k, a left window (the first key
-     block of a query block is not 0) */
+  /* the Hopper rows' deterministic mode: GQA, causal top-left with s_q > s_k,
+     a left window; and more than 16 key blocks, so that each block walks
+     several key blocks into its dQ slice (bwd_det_splits: at most 16 slices) */
   c = bwd_case("sm90_d128_det_causal_tl_gqa4", F16, 1, 8, 2, 520, 300, 128), c.causal = 1,
   c.top_left = 1, c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("sm90_d64_det_window_gqa2", BF16, 2, 4, 2, 600, 700, 64), c.wl = 150, c.wr = 30,
+  c.sm90 = 1, run_case(&c, 5);
+  c = bwd_case("sm90_d256_det_walk_dropout", BF16, 1, 2, 1, 130, 1100, 256), c.dropout = 0.17f,
+  c.sm90 = 1, run_case(&c, 5);
+  c = bwd_case("sm90_d128_det_walk_causal", F16, 1, 2, 2, 100, 2200, 128), c.causal = 1,
   c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
   run_refusal();

@@ -576,8 +576,11 @@ static void fast_bias(void) {
   c.bias = 1, c.bpad = 3, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2;
   c.dropout = 0.17f, c.causal = 1, c.top_left = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
   c = mk("fb_d64_gqa4_window_steps", BF16, 1, 8, 2, 300, 270, 64, 64);
-  c.bias = 1, c.dbias = 1, c.wset = 1, c.wl = 40, c.wr = 10, c.expect = "bwd_sm80_bf16_hd64";
-  run_fast(c);
+  c.bias = 1, c.bpad = 1, c.dbias = 1, c.wset = 1, c.wl = 40, c.wr = 10;
+  c.expect = "bwd_sm80_bf16_hd64", run_fast(c);
+  /* more than 16 key blocks: the deterministic blocks walk several (dQ slices) */
+  c = mk("fb_d128_det_walk", BF16, 1, 2, 1, 96, 2200, 128, 128), c.bias = 1, c.dbias = 1;
+  c.bias_ninf = 1, c.expect = "bwd_sm80_bf16_hd128", run_fast(c);
   c = mk("fb_d128_q_bcast_softcap", BF16, 2, 2, 2, 190, 140, 128, 128), c.bias = 1 | BC_Q;
   c.softcap = 4.f, c.atomic = 1, c.expect = "bwd_sm80_bf16_hd128", run_fast(c);
   c = mk("fb_all_mods", BF16, 1, 4, 1, 90, 140, 256, 256);
