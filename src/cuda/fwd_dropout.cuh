@@ -50,34 +50,6 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
     }
 }
 
-/* The same bits made by another warp (the Hopper forward's mask warps,
- * fwd_sm90_body.cuh): the words dm[mt][k] of the consumer quad (rows r0,
- * r0 + 8 of m16 tile mt; r0 = its row_i(rw, mt, 0)) that lane t of the quad
- * would make with drop_mask, for word k (n8 tile pairs ps = 4 k .. 4 k + 3):
- * the quad's 16 Philox calls in one thread, words[t] for its lane t. */
-__device__ __forceinline__ void drop_quad_words(uint32_t words[4], const sdpa_problem *p,
-                                                uint32_t bh, int r0, int n0, int k) {
-  const uint32_t thr = p->drop_threshold;
-#pragma unroll
-  for (int t = 0; t < 4; ++t) words[t] = 0u;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int ps = 4 * k + q;
-    if (ps >= PS) break;
-    uint32_t all = 0; /* byte c: call c's eight drop bits, as drop_mask's quad gathers them */
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(r0 + 8 * (c >> 1)),
-                                             (uint32_t)((n0 >> 3) + 2 * ps + (c & 1)));
-#pragma unroll
-      for (int f = 0; f < 8; ++f)
-        all |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) < thr) << (8 * c + f);
-    }
-#pragma unroll
-    for (int t = 0; t < 4; ++t) words[t] |= ((all >> (2 * t)) & 0x03030303u) << (2 * q);
-  }
-}
-
 /* Zeroes (negate: flips the sign of, the probs pass's marking) the dropped
  * elements of n8 tiles (2 ps, 2 ps + 1) of m16 tile mt: a select on P. */
 __device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,

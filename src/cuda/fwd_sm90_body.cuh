@@ -27,9 +27,6 @@
  * one's softmax overlaps the other's tensor-core work. The output goes
  * through the warpgroup's Q rows in shared memory to 16-byte stores.
  * setmaxnreg moves registers from the producer (24) to the consumers (240).
- * The dropout kernel's producer warpgroup also makes the keep bits: two of
- * its warps run the Philox calls into a mask ring (produce_mask; producer 64
- * registers, consumers 208).
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window, alibi, softcap, GQA / MQA, dropout (a second kernel,
@@ -86,35 +83,23 @@ enum {
   OFF_K = TILE_Q,
   OFF_V = OFF_K + 2 * TILE_KV,
   OFF_BAR = OFF_V + 2 * TILE_KV,
-  /* dropout kernel: NMW warps of the producer warpgroup make the keep bits
-     (produce_mask) into a two-stage ring of MASK_WORDS words a consumer thread */
-  NMW = 2,
-  MASK_WORDS = (PS + 3) / 4,
-  MASK_STAGE = MASK_WORDS * 128 * NWG * 4,
-  MASK_UNITS = 4 * NWG * 8 * MASK_WORDS, /* (consumer warp, quad, word) */
-  OFF_MASK = OFF_BAR + 16 * 8,
-  SMEM_BYTES = OFF_MASK + 2 * MASK_STAGE + 1024 /* slack to align the base to 1024 */
+  SMEM_BYTES = OFF_BAR + 9 * 8 + 1024 /* barriers; slack to align the base to 1024 */
 };
 
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets are 64, 128, 256");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
 static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
-static_assert(128 * 24 + 128 * NWG * 240 <= 65536 && 128 * 64 + 128 * NWG * 208 <= 65536,
-              "setmaxnreg: the producer's and the consumers' registers fit the register file");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
 #include "fwd_dropout.cuh" /* reads MT, PS */
-static_assert(MASK_WORDS == DW && MT == 1, "the mask ring holds drop_mask's words");
 
-/* mbarriers: Q; K full, V full, K empty, V empty, mask full, mask empty per stage */
+/* mbarriers: Q; K full, V full, K empty, V empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
 __device__ __forceinline__ uint32_t bar_kfull(uint32_t bars, int s) { return bars + 8 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_vfull(uint32_t bars, int s) { return bars + 24 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) { return bars + 40 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return bars + 56 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bars + 72 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bars + 88 + 8 * s; }
 
 /* One K or V tile (rows row0.., kv head hk, batch b) into the stage at dst once
  * its consumers freed it (the empty barrier's phase ph done), completing on
@@ -155,38 +140,6 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
   }
 }
 
-/* Dropout: mask warp thread mt (0 .. 32 NMW - 1) of the producer warpgroup
- * makes its share of every key tile's keep bits (drop_quad_words: the words
- * drop_mask would make in the consumer threads) into stage s of the mask
- * ring, word k of consumer thread c at [s][k][c], once the consumers freed
- * the stage; the stage completes on its mask-full barrier (lane 0 of each
- * mask warp). The Philox work (an integer-pipe load the size of the softmax)
- * thus issues from warps that otherwise idle, in the slots the consumers
- * leave while they wait for the tensor cores, instead of in the consumers'
- * own dependency chain (where it cost half the speed: bench/NOTES.md). */
-__device__ __forceinline__ void produce_mask(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
-                                             uint32_t base, uint32_t bars, int mt) {
-  const sdpa_problem *p = &prm9->base.p;
-  const uint32_t bh = (uint32_t)(kb->b * p->h + kb->hh);
-  for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
-    const int s = it & 1;
-    const uint32_t ph = (uint32_t)(it >> 1) & 1u;
-    mbar_wait(bar_mempty(bars, s), ph ^ 1u);
-#pragma unroll 1
-    for (int u = mt; u < MASK_UNITS; u += 32 * NMW) {
-      const int k = u % MASK_WORDS, q = u / MASK_WORDS, g = q % 8, w = q / 8;
-      uint32_t words[4];
-      drop_quad_words(words, p, bh, kb->m0 + 16 * w + g, n * BN, k);
-      const uint32_t dst = base + OFF_MASK + s * MASK_STAGE + (k * 128 * NWG + w * 32 + 4 * g) * 4;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(words[0]),
-                   "r"(words[1]), "r"(words[2]), "r"(words[3])
-                   : "memory");
-    }
-    __syncwarp();
-    if ((mt & 31) == 0) mbar_arrive(bar_mfull(bars, s));
-  }
-}
-
 /* Zeroes key rows [valid, BN) of the V tile at sv, whose copy read rows that
  * are not this sequence's (P is 0 there, but 0 * NaN is not), by every
  * consumer thread, then orders the stores before any warpgroup's wgmma
@@ -205,8 +158,8 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
 
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
  * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
- * literal) compiles dropout in: each tile's keep bits come from the mask
- * ring (produce_mask), read while its Q K^T is in flight. */
+ * literal) compiles dropout in: each tile's Philox calls run while its
+ * Q K^T is in flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
                                         int drop) {
@@ -240,17 +193,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
     wg_commit();
     uint32_t dm[MT][DW];
-    if (drop) { /* this thread's words of the tile's keep bits, then the stage is free */
-      mbar_wait(bar_mfull(bars, s), ph);
-#pragma unroll
-      for (int k = 0; k < DW; ++k)
-        asm volatile("ld.shared.u32 %0, [%1];\n"
-                     : "=r"(dm[0][k])
-                     : "r"(base + OFF_MASK + s * MASK_STAGE + (k * 128 * NWG + ctid) * 4)
-                     : "memory");
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar_mempty(bars, s));
-    }
+    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
     if (lane == 0) mbar_arrive(bar_kempty(bars, s));
@@ -335,30 +278,18 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
       mbar_init(bar_vfull(bars, s), 1);
       mbar_init(bar_kempty(bars, s), 4 * NWG); /* lane 0 of every consumer warp */
       mbar_init(bar_vempty(bars, s), 4 * NWG);
-      mbar_init(bar_mfull(bars, s), NMW);
-      mbar_init(bar_mempty(bars, s), 4 * NWG);
     }
     mbar_init_fence();
   }
   __syncthreads();
   if (wg == 0) {
-    if (drop) /* (the mask warps' Philox calls spilled below 64 registers; the
-                 consumers, without them, fit in 208) */
-      SDPA_SETMAXNREG_DEC(64);
-    else
-      SDPA_SETMAXNREG_DEC(24);
+    SDPA_SETMAXNREG_DEC(24);
     if (tid == 0) {
       fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
       produce(prm, &kb, base, bars);
-    } else if (drop && tid >= 32 && tid < 32 * (1 + NMW)) {
-      fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
-      produce_mask(prm, &kb, base, bars, tid - 32);
     }
   } else {
-    if (drop)
-      SDPA_SETMAXNREG_INC(208);
-    else
-      SDPA_SETMAXNREG_INC(240);
+    SDPA_SETMAXNREG_INC(240);
     consume(prm, &kb, base, bars, wg - 1, tid - 128, drop);
   }
 #else
