@@ -117,17 +117,15 @@ __device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int
  * multiple of 8) of the dbias tile at sdb, keys 16 kw ..: row r0 + 8 nq + 2 t
  * + (e & 1), chunk 2 kw + (e >> 1) (bwd_p_ds's bwd_dbias_dst); lane 0 (no
  * dbias) unless on. */
-__device__ __forceinline__ bwd_dbias_dst bwd_dbias_dst_at(uint32_t sdb, int r0, int kw, int g,
-                                                          int t, int on) {
-  bwd_dbias_dst db;
-  db.lane = on ? sdb + (uint32_t)((r0 + 2 * t) * BCH * 16 + g * 2) : 0u;
-  db.row = BCH * 16;
+__device__ __forceinline__ void bwd_dbias_dst_at(bwd_dbias_dst *db, uint32_t sdb, int r0, int kw,
+                                                 int g, int t, int on) {
+  db->lane = on ? sdb + (uint32_t)((r0 + 2 * t) * BCH * 16 + g * 2) : 0u;
+  db->row = BCH * 16;
 #pragma unroll
   for (int lo = 0; lo < 2; ++lo)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
-      db.col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
-  return db;
+      db->col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
 }
 
 /* bwd_p_ds for the bias kernels: the problem's score features and dropout
@@ -154,18 +152,18 @@ __device__ __forceinline__ void bwd_p_ds_bias_forms(float (*ss)[4], float (*sp)[
 /* dbias of the query blocks key block kf skips (its masks) is zero, for
  * every query head of kv head hk's group. */
 __device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_sm80_params *prm,
-                                                       const bwd_kframe *kf, int b, int hk,
+                                                       const bwd_kframe kf, int b, int hk,
                                                        int tid) {
-  if (!prm->has_dbias || kf->n0 >= kf->sk) return;
-  const int j1 = kf->n0 + BN < kf->sk ? kf->n0 + BN : kf->sk, group = prm->h_per_hk;
+  if (!prm->has_dbias || kf.n0 >= kf.sk) return;
+  const int j1 = kf.n0 + BN < kf.sk ? kf.n0 + BN : kf.sk, group = prm->h_per_hk;
   const sdpa_problem *p = &prm->p;
 #pragma unroll 1
   for (int hh = hk * group; hh < (hk + 1) * group; ++hh) {
-    if (kf->nm == 0) {
-      bwd_dbias_zero(p, b, hh, 0, kf->sq, kf->n0, j1, tid);
+    if (kf.nm == 0) {
+      bwd_dbias_zero(p, b, hh, 0, kf.sq, kf.n0, j1, tid);
     } else {
-      bwd_dbias_zero(p, b, hh, 0, kf->m_lo * BM, kf->n0, j1, tid);
-      bwd_dbias_zero(p, b, hh, (kf->m_hi + 1) * BM, kf->sq, kf->n0, j1, tid);
+      bwd_dbias_zero(p, b, hh, 0, kf.m_lo * BM, kf.n0, j1, tid);
+      bwd_dbias_zero(p, b, hh, (kf.m_hi + 1) * BM, kf.sq, kf.n0, j1, tid);
     }
   }
 }

@@ -332,8 +332,19 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         } else {
           /* dbias of this sub-step into the shared dbias tile (bwd_dbias_out
              writes it out) */
-          const bwd_dbias_dst db = bwd_dbias_dst_at(s_base + OFF_DB, qh * QS, kw, g, t,
-                                                    ds == 0 && prm->has_dbias);
+          bwd_dbias_dst db; /* (bwd_dbias_dst_at's fields, written here: through the
+                               helper ptxas spilled 12 bytes in the sm_80 d = 256
+                               deterministic kernel) */
+          const int r0 = qh * QS;
+          db.lane = ds == 0 && prm->has_dbias
+                        ? s_base + OFF_DB + (uint32_t)((r0 + 2 * t) * BCH * 16 + g * 2)
+                        : 0u;
+          db.row = BCH * 16;
+#pragma unroll
+          for (int lo = 0; lo < 2; ++lo)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              db.col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
           bwd_p_ds_bias_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
                               keep_bits, bv, &db, full, SDPA_BIAS_KIND);
         }
@@ -408,7 +419,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     }
   }
 
-  if (feat == 2) bwd_dbias_zero_skipped(prm, &kf, b, hk, tid); /* dbias the masks skip: 0 */
+  if (feat == 2) bwd_dbias_zero_skipped(prm, kf, b, hk, tid); /* dbias the masks skip: 0 */
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll

@@ -371,7 +371,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 
   /* dbias of the query blocks the masks keep these keys from is 0 (first:
      at the end, with dK / dV live, the d = 128 deterministic kernel spilled) */
-  if (feat == 2) bwd_dbias_zero_skipped(prm, &kf, b, hk, tid);
+  if (feat == 2) bwd_dbias_zero_skipped(prm, kf, b, hk, tid);
 
   float dk[DTW][4], dv[DTW][4];
   bwd_zero_acc(dk, DTW);
@@ -516,9 +516,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
                 uint32_t bv[4][2];
                 bwd_bias_frag(bv, base + OFF_B + cur * SM_B, qh * qs + 32 * h2, 4, kw, lane,
                               lane & 7, (lane >> 1) & 3);
-                const bwd_dbias_dst db = /* (opaque: made here, not hoisted for the loop) */
-                    bwd_dbias_dst_at(opaque_u32(base + OFF_DB), qh * qs + 32 * h2,
-                                     (int)opaque_u32(kw), g, t, prm->has_dbias);
+                bwd_dbias_dst db; /* (opaque: made here, not hoisted for the loop) */
+                bwd_dbias_dst_at(&db, opaque_u32(base + OFF_DB), qh * qs + 32 * h2,
+                                 (int)opaque_u32(kw), g, t, prm->has_dbias);
                 bwd_p_ds_bias_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2,
                                     dd_t + 32 * h2, b, hh, j_lo, q0 + 32 * h2, lane, sq, sk, off,
                                     keep[h2], bv, &db, full, SDPA_BIAS_KIND);
