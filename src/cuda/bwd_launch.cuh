@@ -21,8 +21,14 @@
  *                                  (one 16-byte aligned store when n >= 8)
  * and the names of bwd_names.cuh; SDPA_BWD_BIAS_SIBLING (16-bit body) when
  * the row's run function hands bias problems to its _bias instance. This
- * file #undef's the names and the row's fields at the end.
+ * file #undef's the names and the row's fields at the end. A body with dQ
+ * kernels (SDPA_BWD_DQ_KERNEL 1: the Hopper body's d split, bwd_dq_body,
+ * DQ_SMEM_BYTES) makes the deterministic mode's dQ with them instead of with
+ * dQ slices and the post kernel.
  */
+#ifndef SDPA_BWD_DQ_KERNEL
+#define SDPA_BWD_DQ_KERNEL 0
+#endif
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
 /* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
@@ -98,6 +104,12 @@ SDPA_BWD_MAIN(SDPA_KFEAT) { bwd_body(&prm, 1, 0); }
 SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 0, 1); }
 SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
 #endif
+#if SDPA_BWD_DQ_KERNEL /* the deterministic mode's dQ kernels (the Hopper body's d split) */
+SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
+SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)) { bwd_dq_body(&prm, 1); }
+static void (*const SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd_sm80_params) = {
+    SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel), SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)};
+#endif
 #undef SDPA_BWD_MAIN
 
 /* ---- host --------------------------------------------------------------------------- */
@@ -116,9 +128,15 @@ static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
 extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
 #endif
 
+/* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
+ * kernel makes dQ (SDPA_BWD_DQ_KERNEL: one accumulator, unused then) */
+static int SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
+  return SDPA_BWD_DQ_KERNEL ? 1 : bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+}
+
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
-  return bwd_workspace_layout(p, HD, bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count())).bytes;
+  return bwd_workspace_layout(p, HD, SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
 }
 
 static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm) {
@@ -128,11 +146,21 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
   if (nkb > 0) {
-    const dim3 grid((unsigned)(p->deterministic ? prm->nsplit : nkb), (unsigned)p->h_k, (unsigned)p->b);
+    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm->nsplit : nkb),
+                    (unsigned)p->h_k, (unsigned)p->b);
     const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
     const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
+#if SDPA_BWD_DQ_KERNEL
+  if (p->deterministic) { /* dQ by its own kernel, in the input dtype: no post */
+    if (p->s_q > 0) {
+      const dim3 qgrid((unsigned)((p->s_q + BM - 1) / BM), (unsigned)p->h, (unsigned)p->b);
+      const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
+      SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[feat]<<<qgrid, NTHREADS, DQ_SMEM_BYTES, stream>>>(*prm);
+    }
+  } else
+#endif
   if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
@@ -163,7 +191,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      "(2^31-1, 65535, 65535)",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
-  const int nsplit = bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+  const int nsplit = SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p);
   const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
 
   sdpa_bwd_sm80_params prm;
@@ -189,6 +217,12 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   for (int k = 0; k < NKERNELS; ++k)
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
                                     SDPA_BSTR(SDPA_KERNEL_NAME)));
+#if SDPA_BWD_DQ_KERNEL
+  static unsigned char dq_smem_set[2][SDPA_MAX_DEVICES];
+  for (int k = 0; k < 2; ++k)
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[k],
+                                    (int)DQ_SMEM_BYTES, dq_smem_set[k], SDPA_BSTR(SDPA_KERNEL_NAME)));
+#endif
 
   void *wsv = NULL;
   int owned = 0;
@@ -198,7 +232,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
-  prm.slice = p->deterministic ? prm.total_q * p->h * HD : 0;
+  prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
   const sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm);
   return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_BSTR(SDPA_KERNEL_NAME));
 }
@@ -214,6 +248,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WS
 #undef SDPA_BIAS_RUN
 #undef SDPA_BWD_BIAS
+#undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BPASTE_
 #undef SDPA_BPASTE
 #undef SDPA_BSTR_

@@ -243,18 +243,19 @@ __device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], i
     }
 }
 
-/* acc = dS K for dQ[64 rows of block rb, dqn (a literal, 64 or 128) columns
- * of chunk cc]: the wgmma issue only (no fence, commit or wait). */
+/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, dqn (a
+ * literal, 64 or 128) columns of chunk cc]: the wgmma issue only (no fence,
+ * commit or wait). */
 __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t s_k, int rb,
-                                         int cc, const int dqn) {
+                                         int cc, const int dqn, int add) {
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) {
     const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
     const uint64_t db = desc_mn(s_k + cc * (dqn / 64) * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
     if (dqn == 128)
-      SDPA_WG(sstt, 128)(acc, da, db, ks > 0);
+      SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
     else
-      SDPA_WG(sstt, 64)(acc, da, db, ks > 0);
+      SDPA_WG(sstt, 64)(acc, da, db, add || ks > 0);
   }
 }
 
@@ -333,7 +334,7 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
                                            const int dqn) {
   float acc[DQT][4];
   wg_fence();
-  dq_issue(acc, s_s, s_k, rb, cc, dqn);
+  dq_issue(acc, s_s, s_k, rb, cc, dqn, 0);
   wg_commit();
   wg_wait0();
   wg_fence_acc(acc, dqn / 8);
@@ -362,7 +363,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int fk = (int)bwd_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
 #pragma unroll 1
-  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk; nblk += gridDim.x, more = det) {
+  /* (the d split's deterministic kernel leaves dQ to bwd_dq_body: one key block a block) */
+  for (int nblk = blockIdx.x, more = 1; more && nblk * BN < fk;
+       nblk += gridDim.x, more = det && DSG == 1) {
   if (nblk != (int)blockIdx.x) __syncthreads(); /* the last key block's smem readers are done */
   const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
   const int n0 = kf.n0, sq = kf.sq, sk = kf.sk, off = kf.off, m_lo = kf.m_lo, m_hi = kf.m_hi;
@@ -466,16 +469,15 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
         wg_fence();
-        dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, dqn);
-        wg_commit();
+        if (!det) { /* (deterministic: dQ comes from bwd_dq_body) */
+          dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, dqn, 0);
+          wg_commit();
+        }
         wg_keys_by_cols_ss(dv, s_p, s_do + col0);
         wg_keys_by_cols_ss(dk, s_s, s_q + col0);
         wg_commit();
         if (det) {
           wg_wait0();
-          wg_fence_acc(dqa, dqn / 8);
-          dq_bulk(prm, dqa, s_q + col0, s_do + col0, base + OFF_B + wg * 2 * DQ_GS, wg, m0, sq,
-                  q_start, hh, wq, g, t);
         } else {
           wg_wait1(); /* the dQ group only */
           wg_fence_acc(dqa, dqn / 8);
@@ -582,6 +584,142 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #endif
 }
 
+/* ---- the d split's deterministic dQ: one block a query block -------------------------- */
+/* dQ of the BM queries of block blockIdx.x, query head blockIdx.y, batch
+ * blockIdx.z, with Q and dO resident and the key tiles streaming (K and V
+ * double-buffered by cp.async): per tile the same S^T / dP^T products and
+ * elementwise middle as bwd_body (the warpgroups split the queries; each warp
+ * owns 16 keys), dS^T through shared memory, and dQ += dS K accumulated in
+ * registers (each warpgroup half of the columns), written once, scaled, in
+ * the input dtype: no reductions, deterministic by construction. With
+ * bwd_body's deterministic kernel (dK, dV without the dQ product) this is
+ * the d split's deterministic mode; the dQ slices' reductions missed L2 and
+ * cost about a third (bench/NOTES.md). feat: 0 plain, 1 score features. */
+enum {
+  DQO_Q = 0, /* Q, dO, K [2], V [2] tiles (BM = BN rows), dS^T, lse2 / D */
+  DQO_DO = TILE,
+  DQO_K = 2 * TILE,
+  DQO_V = 4 * TILE,
+  DQO_S = 6 * TILE,
+  DQO_L = DQO_S + SM_S,
+  DQ_SMEM_BYTES = DQO_L + 8 * BM + 1024
+};
+static_assert(DSG == 1 || (BM == BN && TILE == TILE_KV && DQ_SMEM_BYTES <= SMEM_BYTES),
+              "the dQ kernel's tiles fit the main kernel's shared memory");
+
+__device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, const int feat) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (DSG == 2) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  float *s_lse = (float *)(smem + (base - smem_u32(smem)) + DQO_L); /* [BM] */
+  float *s_dd = s_lse + BM;                                          /* [BM] */
+  const sdpa_problem *p = &prm->p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3, wg = warp >> 2, wq = warp & 3;
+  const int hh = blockIdx.y, b = blockIdx.z, hk = hh / prm->h_per_hk, d = (int)p->d;
+  const int sq = (int)sdpa_seq_len_q(p, b), sk = (int)sdpa_seq_len_k(p, b);
+  const int m0 = blockIdx.x * BM;
+  if (m0 >= sq) return;
+  const int off = p->bottom_right ? sk - sq : 0;
+  const int64_t q_start = sdpa_seq_q_start(p, b);
+  /* key tiles [n_begin, n_end) that some query of the block sees */
+  int64_t lo0, hi0, lo1, hi1;
+  sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
+  sdpa_key_range(p, (m0 + BM < sq ? m0 + BM : sq) - 1, sq, sk, &lo1, &hi1);
+  const int n_begin = (int)(lo0 / BN), n_end = (int)(((hi1 < sk ? hi1 : sk) + BN - 1) / BN);
+  const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
+  const uint32_t s_q = base + DQO_Q, s_do = base + DQO_DO, s_s = base + DQO_S;
+  const int qc = wg * 32, q0 = m0 + qc; /* this warpgroup's 32 queries */
+
+  float dqa[DQT][4];
+  bwd_zero_acc(dqa, DQT);
+  if (n_begin < n_end) {
+    load_tile(s_q, (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh), p->q_st.ss, BM,
+              sq - m0, d, tid, p->q);
+    load_tile(s_do, (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, m0, hh),
+              p->do_st.ss, BM, sq - m0, d, tid, p->dout);
+    if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
+    {
+      const int n0 = n_begin * BN;
+      load_tile(base + DQO_K, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk),
+                p->k_st.ss, BN, sk - n0, d, tid, p->k);
+      load_tile(base + DQO_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk),
+                p->v_st.ss, BN, sk - n0, d, tid, p->v);
+    }
+    cp_async_commit();
+  }
+#pragma unroll 1
+  for (int n = n_begin, it = 0; n < n_end; ++n, ++it) {
+    const int cur = it & 1, n0 = n * BN, j_lo = n0 + wq * 16;
+    const uint32_t s_k = base + DQO_K + cur * TILE, s_v = base + DQO_V + cur * TILE;
+    cp_async_wait_all(); /* this tile's K / V landed (and Q / dO on the first) */
+    fence_proxy_async();
+    __syncthreads(); /* ... for everyone; the other buffers' and dS^T's readers are done */
+    float sp[4][4], ss[4][4];
+    wg_fence();
+    wg_rows_by_queries(sp, opaque_u32(s_v), s_do + qc * ROWB, 32);
+    wg_rows_by_queries(ss, opaque_u32(s_k), s_q + qc * ROWB, 32);
+    wg_commit();
+    if (n + 1 < n_end) { /* the next tile's K / V under this one */
+      const int n02 = n0 + BN;
+      load_tile(base + DQO_K + (cur ^ 1) * TILE,
+                (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n02, hk), p->k_st.ss,
+                BN, sk - n02, d, tid, p->k);
+      load_tile(base + DQO_V + (cur ^ 1) * TILE,
+                (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n02, hk), p->v_st.ss,
+                BN, sk - n02, d, tid, p->v);
+      cp_async_commit();
+    }
+    const uint32_t keep = feat && prm->has_dropout
+                              ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
+                              : 0u;
+    const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
+                     (int64_t)n0 + BN - 1 - m0 <= whi;
+    wg_wait0();
+    wg_fence_acc(sp, 4);
+    wg_fence_acc(ss, 4);
+    bwd_p_ds_forms(ss, sp, 4, prm, s_lse + qc, s_dd + qc, b, hh, j_lo, q0, lane, sq, sk, off, keep,
+                   feat, full, 1);
+    uint32_t da[2][4];
+    pack_frags(da, sp, 32);
+    store_ds(s_s, da, wq, qc, g, t, 32);
+    fence_proxy_async(); /* the dS^T stores, for the product's reads */
+    __syncthreads();
+    wg_fence_acc(dqa, DQT);
+    wg_fence();
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, DQN, 1);
+    wg_commit();
+    wg_wait0();
+    wg_fence_acc(dqa, DQT);
+  }
+
+  /* dQ = scale x accumulator, this warpgroup's columns, rows inside the sequence */
+  SDPA_BELEM *dq = (SDPA_BELEM *)p->dq;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + wq * 16 + g + 8 * hf;
+    if (i >= sq) continue;
+    SDPA_BELEM *row = dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
+#pragma unroll
+    for (int j = 0; j < DQT; ++j) {
+      const int c = wg * DQN + 8 * j + 2 * t;
+      const uint32_t v = SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale);
+      if (c + 1 < d)
+        *(uint32_t *)(row + c) = v;
+      else if (c < d)
+        row[c] = (uint16_t)v;
+    }
+  }
+  }
+#else
+  (void)prm;
+  (void)feat;
+#endif
+}
+
+/* bwd_launch.cuh: the dQ kernels for the deterministic mode (the d split: 64-key blocks) */
+#define SDPA_BWD_DQ_KERNEL (SDPA_BLOCK_N == 64)
 #include "bwd_launch.cuh"
 
 #undef SDPA_WG

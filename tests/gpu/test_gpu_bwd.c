@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
         c.causal = di & 1;
         c.dropout = di == 2 ? 0.17f : 0.f;
         c.softcap = di == 3 ? 4.f : 0.f;
-        run_case(&c, di == 1 ? 1 : 0);
+        run_case(&c, di == 1 || di == 5 ? 1 : 0); /* deterministic: d 64 and d 256 (dQ kernel) */
       }
     return test_summary();
   }
