@@ -34,8 +34,7 @@
  *                                read MN-major from shared memory; added to
  *                                the fp32 accumulator by red.global (d = 256:
  *                                issued first, reduced while dV / dK run;
- *                                its deterministic kernels: bulk reductions
- *                                from shared memory, dq_bulk)
+ *                                deterministic: a dQ kernel, bwd_dq_body)
  * Each warp owns 16 keys exactly as in the mma.sync kernel, so the
  * elementwise middle is bwd_scores.cuh's code unchanged (masks, softcap,
  * alibi, dropout recomputed from Philox).
@@ -64,7 +63,6 @@
 #include "bwd_scores.cuh"
 #include "bwd_sm80_common.cuh"
 #include "ptx_atomic.cuh"
-#include "ptx_bar.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
 #include "ptx_mma.cuh"      /* pack_*x2 */
@@ -130,15 +128,7 @@ enum {
   BCH8 = BCH & ~7,
   SM_B = BM * BN * 2,
   OFF_DB = OFF_B + 2 * SM_B,
-  /* d split, deterministic kernels: a warpgroup's dQ rows staged for the bulk
-     reductions (dq_bulk): groups of 4 rows DQ_RS bytes apart, DQ_GS apart,
-     DQ_GH groups in each of its Q and dO column halves, its last 2 at OFF_B */
-  DQ_RB = DQN * 4,
-  DQ_RS = DQ_RB + 32,
-  DQ_GS = 17 * 128,
-  DQ_GH = 7,
-  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : DSG == 2 ? 4 * DQ_GS : 0) +
-               1024, /* + slack to align the base to 1024 */
+  SMEM_BYTES = OFF_B + (SDPA_BWD_BIAS ? 3 * SM_B : 0) + 1024, /* + slack to align the base to 1024 */
   /* tile_load.cuh's geometry */
   CPR = HD / 8,
   EPC = 8,
@@ -156,9 +146,6 @@ static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN && DQN == DQN
               "d split: one 64-query step, 32 a warpgroup, one dQ product a warpgroup");
 static_assert((BM / 64) * (HD / DQN) % 2 == 0 && (BM / 64) * (HD / DQN_FD) % 2 == 0,
               "dQ products: an even number, alternating warpgroups");
-static_assert(DSG == 1 || (!SDPA_BWD_BIAS && (DQ_GH - 1) * DQ_GS + 3 * DQ_RS + DQ_RB <= HDW * BM * 2 &&
-                            DQ_GS >= 3 * DQ_RS + DQ_RB && 2 * DQ_GH + 2 == BM / 4),
-              "d split: the staged dQ rows fit the column halves and the area at OFF_B");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 
 typedef uint16_t tile_elem;
@@ -278,55 +265,6 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float
   }
 }
 
-/* d split: the shared address of staged dQ row r (0 .. 63) of a warpgroup
- * whose Q / dO column halves are at qh / doh and extra area at xa. Rows
- * r, r + 1, r + 2, r + 3 start in four different 32-byte bank phases, so a
- * warp's 8-byte stores (rows g, columns 8 j + 2 t) are conflict-free. */
-__device__ __forceinline__ uint32_t dq_stage_row(uint32_t qh, uint32_t doh, uint32_t xa, int r) {
-  const int gr = r >> 2;
-  const uint32_t gb = gr < DQ_GH       ? qh + gr * DQ_GS
-                      : gr < 2 * DQ_GH ? doh + (gr - DQ_GH) * DQ_GS
-                                       : xa + (gr - 2 * DQ_GH) * DQ_GS;
-  return gb + (r & 3) * DQ_RS;
-}
-
-/* d split, deterministic kernels: this warpgroup's dQ columns (acc, complete)
- * added to its dQ slice by the copy engine: staged in shared memory
- * (dq_stage_row; the Q / dO halves are free once the warpgroup's dV / dK
- * products are done), then one DQ_RB-byte bulk reduction a row, rows past sq
- * skipped, issued by lanes t < 2 (one row each) in one bulk group. The
- * issuers wait for the reads (bulk_wait_read0) before anyone reuses the
- * space. The slices (bwd_det_splits of them) miss L2, where whole-row
- * reductions beat per-lane red.global by 12% (s 4096); in the atomic
- * kernels the staging, after dV / dK, cost more than the red.global's
- * overlap with them (-1..4%): bench/NOTES.md. */
-__device__ __forceinline__ void dq_bulk(const sdpa_bwd_sm80_params *prm, float (*acc)[4],
-                                        uint32_t qh, uint32_t doh, uint32_t xa, int wg, int m0,
-                                        int sq, int64_t q_start, int hh, int wq, int g, int t) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const uint32_t ra = dq_stage_row(qh, doh, xa, wq * 16 + 8 * hf + g) + 8 * t;
-#pragma unroll
-    for (int j = 0; j < DQN / 8; ++j)
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(ra + 32 * j), "f"(acc[j][2 * hf]),
-                   "f"(acc[j][2 * hf + 1])
-                   : "memory");
-  }
-  fence_proxy_async(); /* the staged rows, for the copy engine */
-  if (wg) /* (literal ids: a computed one makes ptxas reserve all 16 barriers) */
-    bar_sync_named(2, 128);
-  else
-    bar_sync_named(1, 128);
-  if (t < 2) {
-    const int r = wq * 16 + 8 * t + g, i = m0 + r;
-    if (i < sq)
-      bulk_reduce_add_f32(prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                              ((q_start + i) * prm->p.h + hh) * HD + wg * DQN,
-                          dq_stage_row(qh, doh, xa, r), DQ_RB);
-    bulk_commit();
-  }
-}
-
 /* dQ[64 rows of block rb, dqn columns of chunk cc] += dS K, on its own. */
 __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
                                            uint32_t s_k, int rb, int cc, int m0, int sq,
@@ -408,7 +346,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
       const int cur = it & 1, m0 = mb * BM;
       const int wrap = mb == m_hi, hh2 = hh + wrap, mb2 = wrap ? m_lo : mb + 1; /* next step */
       const uint32_t s_q = base + OFF_Q + cur * TILE, s_do = base + OFF_DO + cur * TILE;
-      if (DSG == 2 && det) bulk_wait_read0(); /* the last step's staged dQ rows were read */
       cp_async_wait_all(); /* Q / dO of this step landed (and K / V on the first) */
       fence_proxy_async(); /* ... visible to wgmma once the barrier passes */
       __syncthreads();     /* ... for every thread; everyone is done with the other buffers */
@@ -464,7 +401,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         __syncthreads();
         /* this warpgroup's dQ columns (one product: HD = 2 dqn) first, then
            dV, dK; the dQ reductions run while dV / dK are on the tensor cores
-           (deterministic: by the copy engine after them, dq_bulk) */
+           (deterministic: no dQ here, bwd_dq_body makes it) */
         float dqa[DQT][4];
         wg_fence_acc(dv, DTW);
         wg_fence_acc(dk, DTW);
@@ -570,8 +507,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
     }
   }
 
-  if (DSG == 2 && det) bulk_wait0(); /* this key block's dQ reductions done (the slices' order,
-                                        the staging space's next use, the block's exit) */
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)

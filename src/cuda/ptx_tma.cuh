@@ -2,8 +2,7 @@
  * ptx_tma.cuh - Hopper's tensor-memory copies and the barriers around them
  * (sm_90): shared-memory mbarriers (init, arrive, arrive with an expected
  * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
- * complete on an mbarrier, bulk reductions from shared memory into global
- * fp32 (bulk groups), the proxy fence
+ * complete on an mbarrier, the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
  * tensor cores, and setmaxnreg (named barriers: ptx_bar.cuh).
  *
@@ -68,27 +67,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
  * (the copy engine, wgmma) once a barrier follows. */
 __device__ __forceinline__ void fence_proxy_async(void) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-/* gdst[0 .. bytes / 4) += the fp32 values at shared src, by the copy engine
- * (atomic per element at L2; 16-byte aligned, bytes a multiple of 16), in
- * this thread's current bulk group. */
-__device__ __forceinline__ void bulk_reduce_add_f32(float *gdst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gdst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit(void) {
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-/* This thread's bulk groups have read their shared sources (the space may
- * be reused). */
-__device__ __forceinline__ void bulk_wait_read0(void) {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-/* ... and have completed (their global writes done). */
-__device__ __forceinline__ void bulk_wait0(void) {
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 /* The warpgroup's per-thread register budget (a multiple of 8 in [24, 256]);
