@@ -129,9 +129,11 @@ extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_ro
 #endif
 
 /* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
- * kernel makes dQ (SDPA_BWD_DQ_KERNEL: one accumulator, unused then) */
+ * kernel makes dQ (SDPA_BWD_DQ_KERNEL: none then, no accumulator to zero
+ * or to hold) */
 static int SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
-  return SDPA_BWD_DQ_KERNEL ? 1 : bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
+  if (SDPA_BWD_DQ_KERNEL) return p->deterministic ? 0 : 1;
+  return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {

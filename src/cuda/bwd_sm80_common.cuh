@@ -10,6 +10,7 @@
  * Workspace (fp32, each region 256-byte aligned):
  *   dq_acc [nsplit][total_q][h][hdim]  dQ accumulated over key blocks, padded to the
  *                                      bucket; nsplit slices in deterministic mode
+ *                                      (none where a dQ kernel makes dQ: bwd_launch.cuh)
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
  */
