@@ -2,8 +2,10 @@
  * bwd_elem16.cuh - what the 16-bit backward bodies (bwd_sm80_body.cuh,
  * bwd_sm90_body.cuh) share about their element type: SDPA_BWD_IS_BF16 (1
  * for a BF16 row, 0 for F16), SDPA_PACK / SDPA_TO_F32 (two fp32 to a packed
- * pair, one 16-bit value to fp32), SDPA_BELEM, and the element I/O that
- * bwd_launch.cuh's pre / post kernels read (bwd_ld8, bwd_ld1, bwd_st8).
+ * pair, one 16-bit value to fp32), SDPA_BIAS_KIND (bwd_p_ds's bias literal),
+ * SDPA_BELEM, the element I/O of bwd_launch.cuh's pre / post kernels
+ * (bwd_ld8, bwd_ld1, bwd_st8), and the stores of a gradient row's packed
+ * column pairs (bwd_st_pair: dK, dV, dQ).
  * Included once per instance, after bwd_names.cuh; bwd_elem16_undef.cuh
  * #undef's its macros. No include guard: one body per translation unit.
  */
@@ -14,9 +16,11 @@
 #if SDPA_BWD_IS_BF16
 #define SDPA_PACK pack_bf16x2
 #define SDPA_TO_F32 bwd_bf16_to_f32
+#define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #else
 #define SDPA_PACK pack_f16x2
 #define SDPA_TO_F32 bwd_f16_to_f32
+#define SDPA_BIAS_KIND 1 /* fp16 */
 #endif
 #define SDPA_BELEM uint16_t
 
@@ -35,6 +39,15 @@ __device__ __forceinline__ void bwd_st8(uint16_t *x, const float *f, int n) {
                 n);
 }
 
+/* Columns c, c + 1 (c even) of a 16-bit row, from a packed pair, clipped to
+ * the head dim d: one 32-bit store, or the low half alone at c = d - 1. */
+__device__ __forceinline__ void bwd_st_pair(uint16_t *row, int c, int d, uint32_t v) {
+  if (c + 1 < d)
+    *(uint32_t *)(row + c) = v;
+  else if (c < d)
+    row[c] = (uint16_t)v;
+}
+
 /* Key row j of dK (times dk_scale) and dV from a warp's accumulators in the
  * m16n8 layout (row g + 8 hf of the warp's 16; columns col0 + 8 dt + 2 t, + 1
  * for dt < ntiles, a literal), clipped to the head dim; nothing for j >= fk
@@ -50,14 +63,8 @@ __device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_sm80_params *prm
 #pragma unroll
   for (int dt = 0; dt < ntiles; ++dt) {
     const int c = col0 + dt * 8 + 2 * t;
-    const uint32_t kv = SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale);
-    const uint32_t vv = SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]);
-    if (c + 1 < d) {
-      *(uint32_t *)(dkr + c) = kv;
-      *(uint32_t *)(dvr + c) = vv;
-    } else if (c < d) {
-      dkr[c] = (uint16_t)kv;
-      dvr[c] = (uint16_t)vv;
-    }
+    bwd_st_pair(dkr, c, d,
+                SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale));
+    bwd_st_pair(dvr, c, d, SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]));
   }
 }

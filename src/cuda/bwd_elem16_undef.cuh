@@ -5,4 +5,5 @@
 #undef SDPA_BWD_IS_BF16
 #undef SDPA_PACK
 #undef SDPA_TO_F32
+#undef SDPA_BIAS_KIND
 #undef SDPA_BELEM

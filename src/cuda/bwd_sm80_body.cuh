@@ -78,10 +78,8 @@
 #define SDPA_BWD_BIAS_SIBLING 1 /* the row's run hands bias problems to <row>_bias */
 
 #if SDPA_BWD_IS_BF16
-#define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #define SDPA_MMA mma_m16n8k16_bf16
 #else
-#define SDPA_BIAS_KIND 1 /* fp16 */
 #define SDPA_MMA mma_m16n8k16_f16
 #endif
 
@@ -176,10 +174,7 @@ __device__ __forceinline__ void bwd_load_tile(uint32_t sbase, const uint16_t *g,
  * non-transposed) and QS rows of a [*, HD] tile at b_lane (B columns). */
 __device__ __forceinline__ void gemm_rows_by_queries(float (*c)[4], uint32_t a_lane, int a_hi,
                                                      uint32_t b_lane, int b_hi, int x7, int x3) {
-#pragma unroll
-  for (int nq = 0; nq < NQ; ++nq)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[nq][e] = 0.f;
+  bwd_zero_acc(c, NQ);
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     uint32_t a[4];
@@ -381,10 +376,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 #pragma unroll 1
         for (int ch = cg; ch < NCH; ch += WPR) {
           float acc[DQT][4];
-#pragma unroll
-          for (int dt = 0; dt < DQT; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
+          bwd_zero_acc(acc, DQT);
 #pragma unroll
           for (int ks = 0; ks < BN / 16; ++ks) {
             uint32_t a[4];
@@ -430,7 +422,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
 
 #include "bwd_launch.cuh"
 
-#undef SDPA_BIAS_KIND
 #undef SDPA_BWD_SMEM
 #undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA

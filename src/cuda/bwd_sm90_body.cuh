@@ -72,30 +72,25 @@
 #include "bwd_names.cuh"
 #include "bwd_elem16.cuh"
 
-#ifndef SDPA_BWD_BIAS
-#define SDPA_BWD_BIAS 0
-#endif
 #if SDPA_BWD_IS_BF16
 #define SDPA_TY bf16
-#define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #else
 #define SDPA_TY f16
-#define SDPA_BIAS_KIND 1 /* fp16 */
 #endif
 /* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
- * queries per sub-step (S^T / dP^T are m64n<qs>) and dQ columns per product
- * (m64n<dqn>) of the plain kernel and of the feature / deterministic ones,
- * whose extra live values would spill at the plain kernel's sizes (ptxas,
- * bench/NOTES.md). */
+ * queries per sub-step (S^T / dP^T are m64n<qs>) of the plain kernel and of
+ * the feature / deterministic ones, whose extra live values would spill at
+ * the plain kernel's size (ptxas, bench/NOTES.md); dQ columns per product
+ * (m64n<DQN>). */
 #if SDPA_HDIM <= 64
 #define SDPA_HDW 64
-enum { QS = 64, QS_FD = 64, DQN = 64, DQN_FD = 64 };
+enum { QS = 64, QS_FD = 64, DQN = 64 };
 #elif SDPA_HDIM <= 128
 #define SDPA_HDW 128
-enum { QS = 64, QS_FD = 32, DQN = 64, DQN_FD = 64 };
+enum { QS = 64, QS_FD = 32, DQN = 64 };
 #else
 #define SDPA_HDW 128
-enum { QS = 32, QS_FD = 32, DQN = 128, DQN_FD = 128 };
+enum { QS = 32, QS_FD = 32, DQN = 128 };
 #endif
 #define SDPA_WG(kind, n) SDPA_BPASTE(SDPA_BPASTE(wgmma_##kind##_m64n, n), SDPA_BPASTE(_, SDPA_TY))
 
@@ -111,7 +106,7 @@ enum {
   KS = HD / 16,     /* k16 steps over the head dim */
   MS = QS / 16,     /* k16 steps over a sub-step's queries (at most) */
   DTW = HDW / 8,    /* n8 tiles of dK / dV */
-  DQT = DQN > DQN_FD ? DQN / 8 : DQN_FD / 8, /* n8 tiles of a dQ product (at most) */
+  DQT = DQN / 8,    /* n8 tiles of a dQ product */
   ROWB = 128,       /* bytes of a swizzled row */
   TILE = BM * HD * 2,    /* a Q or dO tile */
   TILE_KV = BN * HD * 2, /* a K or V tile */
@@ -142,11 +137,15 @@ static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
 static_assert(BM % QS == 0 && BM % 64 == 0, "whole sub-steps and 64-row dQ products a step");
 static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
 static_assert(QS >= QS_FD && BM % QS == 0 && QS_FD % 32 == 0, "sub-steps of 32-query halves");
-static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN && DQN == DQN_FD),
+static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN),
               "d split: one 64-query step, 32 a warpgroup, one dQ product a warpgroup");
-static_assert((BM / 64) * (HD / DQN) % 2 == 0 && (BM / 64) * (HD / DQN_FD) % 2 == 0,
+static_assert((BM / 64) * (HD / DQN) % 2 == 0,
               "dQ products: an even number, alternating warpgroups");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+/* bwd_launch.cuh: the d split's deterministic mode makes dQ with its own
+   kernels (bwd_dq_body; the preprocessor needs the condition in row fields) */
+#define SDPA_BWD_DQ_KERNEL (SDPA_BLOCK_N == 64)
+static_assert(SDPA_BWD_DQ_KERNEL == (DSG == 2), "the dQ kernels are the d split's");
 
 typedef uint16_t tile_elem;
 /* tile_load.cuh's chunk index in a tile of `rows` rows: its address (r CPR +
@@ -230,16 +229,15 @@ __device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], i
     }
 }
 
-/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, dqn (a
- * literal, 64 or 128) columns of chunk cc]: the wgmma issue only (no fence,
- * commit or wait). */
+/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, DQN columns
+ * of chunk cc]: the wgmma issue only (no fence, commit or wait). */
 __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t s_k, int rb,
-                                         int cc, const int dqn, int add) {
+                                         int cc, int add) {
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) {
     const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    const uint64_t db = desc_mn(s_k + cc * (dqn / 64) * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    if (dqn == 128)
+    const uint64_t db = desc_mn(s_k + cc * (DQN / 64) * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
+    if (DQN == 128)
       SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
     else
       SDPA_WG(sstt, 64)(acc, da, db, add || ks > 0);
@@ -250,7 +248,7 @@ __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t
  * skipped). */
 __device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float (*acc)[4], int rb,
                                           int cc, int m0, int sq, int64_t q_start, int hh, int wq,
-                                          int g, int t, const int dqn) {
+                                          int g, int t) {
   /* (red.global.add.v4 after a lane-pair exchange, one 16-byte reduction a
    * tile instead of two 8-byte ones, measured 2-5% slower: bench/NOTES.md) */
   const sdpa_problem *p = &prm->p;
@@ -259,24 +257,23 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float
     const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
     if (i >= sq) continue;
     float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                 ((q_start + i) * p->h + hh) * HD + cc * dqn + 2 * t;
+                 ((q_start + i) * p->h + hh) * HD + cc * DQN + 2 * t;
 #pragma unroll
-    for (int j = 0; j < dqn / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
+    for (int j = 0; j < DQT; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
   }
 }
 
-/* dQ[64 rows of block rb, dqn columns of chunk cc] += dS K, on its own. */
+/* dQ[64 rows of block rb, DQN columns of chunk cc] += dS K, on its own. */
 __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
                                            uint32_t s_k, int rb, int cc, int m0, int sq,
-                                           int64_t q_start, int hh, int wq, int g, int t,
-                                           const int dqn) {
+                                           int64_t q_start, int hh, int wq, int g, int t) {
   float acc[DQT][4];
   wg_fence();
-  dq_issue(acc, s_s, s_k, rb, cc, dqn, 0);
+  dq_issue(acc, s_s, s_k, rb, cc, 0);
   wg_commit();
   wg_wait0();
-  wg_fence_acc(acc, dqn / 8);
-  dq_reduce(prm, acc, rb, cc, m0, sq, q_start, hh, wq, g, t, dqn);
+  wg_fence_acc(acc, DQT);
+  dq_reduce(prm, acc, rb, cc, m0, sq, q_start, hh, wq, g, t);
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
@@ -296,7 +293,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int wg = warp >> 2, wq = warp & 3;
   const int kwg = wg % KWG, dsg = wg / KWG; /* key block, column split of the warpgroup */
   const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
-  const int qs = feat || det ? QS_FD : QS, dqn = feat && det ? DQN_FD : DQN; /* literals */
+  const int qs = feat || det ? QS_FD : QS; /* a literal */
   const int hk = blockIdx.y, b = blockIdx.z;
   const int fk = (int)bwd_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
@@ -399,7 +396,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
-        /* this warpgroup's dQ columns (one product: HD = 2 dqn) first, then
+        /* this warpgroup's dQ columns (one product: HD = 2 DQN) first, then
            dV, dK; the dQ reductions run while dV / dK are on the tensor cores
            (deterministic: no dQ here, bwd_dq_body makes it) */
         float dqa[DQT][4];
@@ -407,7 +404,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         wg_fence_acc(dk, DTW);
         wg_fence();
         if (!det) { /* (deterministic: dQ comes from bwd_dq_body) */
-          dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, dqn, 0);
+          dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, 0);
           wg_commit();
         }
         wg_keys_by_cols_ss(dv, s_p, s_do + col0);
@@ -417,8 +414,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
           wg_wait0();
         } else {
           wg_wait1(); /* the dQ group only */
-          wg_fence_acc(dqa, dqn / 8);
-          dq_reduce(prm, dqa, 0, wg, m0, sq, q_start, hh, wq, g, t, dqn);
+          wg_fence_acc(dqa, DQT);
+          dq_reduce(prm, dqa, 0, wg, m0, sq, q_start, hh, wq, g, t);
           wg_wait0();
         }
         wg_fence_acc(dv, DTW);
@@ -489,12 +486,12 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
         if (feat == 2 && prm->has_dbias) /* the step's dbias tile, complete after the barrier */
           bwd_dbias_out(base + OFF_DB, p, b, hh, m0, n0, sq, sk, prm->dbias_aligned, tid);
 
-        /* dQ[BM, HD] += dS K: products of 64 rows x dqn columns, alternating warpgroups */
+        /* dQ[BM, HD] += dS K: products of 64 rows x DQN columns, alternating warpgroups */
 #pragma unroll 1
-        for (int k = 0; k < (BM / 64) * (HD / dqn) / 2; ++k) {
+        for (int k = 0; k < (BM / 64) * (HD / DQN) / 2; ++k) {
           const int u = 2 * k + wg; /* (a trip count the same for both warpgroups) */
           dq_product(prm, opaque_u32(s_s), opaque_u32(s_k), u % (BM / 64), u / (BM / 64), m0, sq,
-                     q_start, hh, wq, g, t, dqn);
+                     q_start, hh, wq, g, t);
         }
       }
 
@@ -539,12 +536,11 @@ enum {
   DQO_L = DQO_S + SM_S,
   DQ_SMEM_BYTES = DQO_L + 8 * BM + 1024
 };
-static_assert(DSG == 1 || (BM == BN && TILE == TILE_KV && DQ_SMEM_BYTES <= SMEM_BYTES),
+static_assert(!SDPA_BWD_DQ_KERNEL || (BM == BN && TILE == TILE_KV && DQ_SMEM_BYTES <= SMEM_BYTES),
               "the dQ kernel's tiles fit the main kernel's shared memory");
 
 __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, const int feat) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (DSG == 2) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   float *s_lse = (float *)(smem + (base - smem_u32(smem)) + DQO_L); /* [BM] */
@@ -565,6 +561,10 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
   const int n_begin = (int)(lo0 / BN), n_end = (int)(((hi1 < sk ? hi1 : sk) + BN - 1) / BN);
   const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
   const uint32_t s_q = base + DQO_Q, s_do = base + DQO_DO, s_s = base + DQO_S;
+  /* key row 0 of this sequence and kv head: tile n is n BN rows on */
+  const uint16_t *k_b = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, 0, hk);
+  const uint16_t *v_b = (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, 0, hk);
+  const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   const int qc = wg * 32, q0 = m0 + qc; /* this warpgroup's 32 queries */
 
   float dqa[DQT][4];
@@ -577,10 +577,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
     if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     {
       const int n0 = n_begin * BN;
-      load_tile(base + DQO_K, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk),
-                p->k_st.ss, BN, sk - n0, d, tid, p->k);
-      load_tile(base + DQO_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk),
-                p->v_st.ss, BN, sk - n0, d, tid, p->v);
+      load_tile(base + DQO_K, k_b + n0 * kss, kss, BN, sk - n0, d, tid, p->k);
+      load_tile(base + DQO_V, v_b + n0 * vss, vss, BN, sk - n0, d, tid, p->v);
     }
     cp_async_commit();
   }
@@ -598,12 +596,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
     wg_commit();
     if (n + 1 < n_end) { /* the next tile's K / V under this one */
       const int n02 = n0 + BN;
-      load_tile(base + DQO_K + (cur ^ 1) * TILE,
-                (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n02, hk), p->k_st.ss,
-                BN, sk - n02, d, tid, p->k);
-      load_tile(base + DQO_V + (cur ^ 1) * TILE,
-                (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n02, hk), p->v_st.ss,
-                BN, sk - n02, d, tid, p->v);
+      load_tile(base + DQO_K + (cur ^ 1) * TILE, k_b + n02 * kss, kss, BN, sk - n02, d, tid, p->k);
+      load_tile(base + DQO_V + (cur ^ 1) * TILE, v_b + n02 * vss, vss, BN, sk - n02, d, tid, p->v);
       cp_async_commit();
     }
     const uint32_t keep = feat && prm->has_dropout
@@ -623,7 +617,7 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
     __syncthreads();
     wg_fence_acc(dqa, DQT);
     wg_fence();
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, DQN, 1);
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, 1);
     wg_commit();
     wg_wait0();
     wg_fence_acc(dqa, DQT);
@@ -637,15 +631,9 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
     if (i >= sq) continue;
     SDPA_BELEM *row = dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
 #pragma unroll
-    for (int j = 0; j < DQT; ++j) {
-      const int c = wg * DQN + 8 * j + 2 * t;
-      const uint32_t v = SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale);
-      if (c + 1 < d)
-        *(uint32_t *)(row + c) = v;
-      else if (c < d)
-        row[c] = (uint16_t)v;
-    }
-  }
+    for (int j = 0; j < DQT; ++j)
+      bwd_st_pair(row, wg * DQN + 8 * j + 2 * t, d,
+                  SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale));
   }
 #else
   (void)prm;
@@ -653,13 +641,10 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
 #endif
 }
 
-/* bwd_launch.cuh: the dQ kernels for the deterministic mode (the d split: 64-key blocks) */
-#define SDPA_BWD_DQ_KERNEL (SDPA_BLOCK_N == 64)
 #include "bwd_launch.cuh"
 
 #undef SDPA_WG
 #undef SDPA_HDW
 #undef SDPA_TY
-#undef SDPA_BIAS_KIND
 #undef TILE_SWZ
 #include "bwd_elem16_undef.cuh"
