@@ -38,6 +38,9 @@ typedef struct dual {
  * problem must have selected one (a test failure naming the case otherwise). */
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
                            const char *prefix);
+/* 1 on a device of compute capability 9 whose explain text lists `row` (a row
+ * name, or the start of one): the build has the row and the GPU can run it. */
+int gpu_sm90_lists(const char *explain, const char *row);
 
 dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad);
 void dual_upload(dual *x);
