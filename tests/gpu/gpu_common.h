@@ -38,14 +38,18 @@ void dual_upload(dual *x);
 void dual_download(dual *x);
 void dual_free(dual *x); /* accepts a zeroed dual */
 
-/* The Hopper rows' selection check: on an sm_90 device, when the explain text
- * lists a row whose name starts with prefix (the build has them), the
- * problem must have selected one (a test failure naming the case otherwise). */
+/* The Hopper rows' selection check: on an sm_90 device the explain call must
+ * have succeeded and, when its text lists a row whose name starts with prefix
+ * (the build has them), the problem must have selected one (a test failure
+ * naming the case otherwise). */
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
                            const char *prefix);
 /* 1 on a device of compute capability 9 whose explain text lists `row` (a row
- * name, or the start of one): the build has the row and the GPU can run it. */
-int gpu_sm90_lists(const char *explain, const char *row);
+ * name, or the start of one): the build has the row and the GPU can run it.
+ * There the explain call (explain_status) must have succeeded: a test failure
+ * naming `name` otherwise, and 0. */
+int gpu_sm90_lists(const char *name, sdpa_status explain_status, const char *explain,
+                   const char *row);
 
 /* Benchmark tensors: buf[0..3] = q, k, v, out, n elements of es bytes each
  * on the device; q, k and v hold host[0..n) shifted by 0, 7 and 13 elements

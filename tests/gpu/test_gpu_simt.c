@@ -454,7 +454,7 @@ static int run_bwd(const scase *c) {
     sdpa_status ex = sdpa_explain_bwd(&db, buf, sizeof buf);
     if (c->hopper) { /* expect is a bwd_sm80_ row here (run_fast) */
       snprintf(h90, sizeof h90, "bwd_sm90_bias_%s", c->expect + strlen("bwd_sm80_"));
-      if (gpu_sm90_lists(buf, h90)) row = h90, hopper_row = 1;
+      if (gpu_sm90_lists(c->name, ex, buf, h90)) row = h90, hopper_row = 1;
     }
     snprintf(want, sizeof want, "selected: %s\n", row);
     TEST_EXPECT(ex == SDPA_OK && strncmp(buf, want, strlen(want)) == 0,
