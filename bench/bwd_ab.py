@@ -9,22 +9,16 @@ Prints TFLOP/s (2.5x forward FLOPs) per build, the mean of the rounds (each in
 brackets), x torch FLASH in mode plain, and each build's largest relative difference
 from the first build's dq / dk / dv (rd; outputs NaN-filled before the call). out and
 lse come from the first build's forward, so it must have the forward rows. det =
-deterministic, drop = dropout 0.1. The library is swapped as decode_probe.py --libs
-does. (bench/NOTES.md "the d = 256 Hopper backward" ran it as ab_bwd.py.)"""
-import argparse, os
+deterministic, drop = dropout 0.1. The library is swapped by common.use_library, as in
+decode_probe.py --libs. (bench/NOTES.md "the d = 256 Hopper backward" ran it as ab_bwd.py.)"""
+import argparse
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
-from common import cuda_time_ms
+from common import cuda_time_ms, parse_libs, use_library
 import sdpa
-from sdpa import _lib
 
 D, H = 256, 8
-
-def use(path):
-    os.environ["SDPA_LIBRARY"] = path
-    _lib._lib = None
-    _lib.lib()
 
 def flops(b, s, causal):
     return 4.0 * b * H * s * s * D * (0.5 if causal else 1.0) * 2.5
@@ -46,15 +40,15 @@ def main():
     ap.add_argument("--once", default="")
     a = ap.parse_args()
     if a.once:
-        use(a.once)
+        use_library(a.once)
         b, q, k, v, out, lse, dout = setup(4096, False)
         sdpa.backward(dout, q, k, v, out, lse)
         torch.cuda.synchronize()
         return
-    libs = [tuple(x.split("=", 1)) for x in a.libs.split(",")]
+    libs = parse_libs(a.libs)
     for cell in a.cells.split(","):
         causal, s = (int(x) for x in cell.split("x"))
-        use(libs[0][1])
+        use_library(libs[0][1])
         b, q, k, v, out, lse, dout = setup(s, bool(causal))
         fl = flops(b, s, causal)
         qt, kt, vt = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
@@ -71,7 +65,7 @@ def main():
             bufs = [torch.empty_like(x) for x in (q, k, v)]
             for r in range(a.rounds):
                 for n, path in libs:
-                    use(path)
+                    use_library(path)
                     fn = lambda: sdpa.backward(dout, q, k, v, out, lse, dq=bufs[0], dk=bufs[1], dv=bufs[2], **kw)
                     if r == 0:
                         for x in bufs:

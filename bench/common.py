@@ -1,5 +1,6 @@
 """Shared pieces of the benchmarks: locating the sdpa package, the results file
-(DESIGN.md section 9 schema) and GPU timing with CUDA events.
+(DESIGN.md section 9 schema), GPU timing with CUDA events, and the A/B scripts'
+swap of one libsdpa build for another in the same process (--libs).
 
 Timing rule (METHOD.md): warm up, then time `reps` back-to-back calls between
 two events (so host-side call overhead overlaps device work, as in a real
@@ -63,6 +64,24 @@ def cuda_time_ms(fn, warmup=3, reps=10, trials=7):
         end.synchronize()
         times.append(start.elapsed_time(end) / reps)
     return statistics.median(times)
+
+
+def parse_libs(s):
+    """--libs name=path,name=path,...: [(name, path), ...]."""
+    libs = [tuple(x.split("=", 1)) for x in s.split(",")]
+    for x in libs:
+        if len(x) != 2:
+            raise SystemExit(f"--libs: {x[0]!r}: expected name=path")
+    return libs
+
+
+def use_library(path):
+    """Load another build of libsdpa (the .so at path) in place of the current
+    one: sdpa's calls from here on go to it."""
+    from sdpa import _lib
+    os.environ["SDPA_LIBRARY"] = path
+    _lib._lib = None
+    _lib.lib()
 
 
 def markdown_table(records, cols):

@@ -30,6 +30,7 @@ import tempfile
 import time
 
 import bench_decode as bd
+from common import parse_libs, use_library
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -138,13 +139,6 @@ def cell(b, L, splits, with_torch, once, with_ws=False, prof=False):
           + " ".join(parts), flush=True)
 
 
-def use_library(path):
-    """Load another build of libsdpa in place of the current one."""
-    os.environ["SDPA_LIBRARY"] = path
-    _lib._lib = None
-    _lib.lib()
-
-
 def ab_cell(b, L, libs):
     torch.manual_seed(0)
     nbytes = 2 * b * L * H_K * D * 2
@@ -222,7 +216,7 @@ def main():
     ap.add_argument("--libs", default="")
     args = ap.parse_args()
     if args.libs:
-        libs = [tuple(x.split("=", 1)) for x in args.libs.split(",")]
+        libs = parse_libs(args.libs)
         for c in args.cells.split(","):
             ab_cell(*(int(x) for x in c.split("x")), libs)
         return

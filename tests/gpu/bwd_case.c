@@ -122,7 +122,10 @@ void bwd_case_poison(bbufs *f) {
   }
 }
 
-int bwd_case_oracle(const bcase *c, const bbufs *f, int lowp, double *r[3]) {
+/* The oracle's dq, dk, dv (ref_bwd, lowp 0 or 1) in r[0..2], malloc'd (the
+ * caller frees them); exits on allocation failure. 0 if the host descriptor
+ * fails validation (reported). */
+static int bwd_case_oracle(const bcase *c, const bbufs *f, int lowp, double *r[3]) {
   sdpa_problem p;
   if (!TEST_EXPECT(sdpa_validate_bwd(&f->host, &p) == SDPA_OK, "%s: validate: %s", c->name,
                    sdpa_last_error()))

@@ -45,10 +45,6 @@ int bwd_case_build(const bcase *c, bbufs *f, test_rng *rng);
 void bwd_case_release(bbufs *f);
 /* Poisons dq / dk / dv on the host and uploads them. */
 void bwd_case_poison(bbufs *f);
-/* The oracle's dq, dk, dv (ref_bwd, lowp 0 or 1) in r[0..2], malloc'd (the
- * caller frees them); exits on allocation failure. 0 if the host descriptor
- * fails validation (reported). */
-int bwd_case_oracle(const bcase *c, const bbufs *f, int lowp, double *r[3]);
 /* bwd_case_build, then the exact oracle in r[0] and (with_lowp) the lowp one
  * in r[1] (else r[1][*] = NULL). 1 on success: the caller owns f and r and
  * ends with bwd_case_done. 0 on failure (reported): f released, nothing left

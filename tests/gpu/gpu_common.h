@@ -5,8 +5,8 @@
  * with a device allocation of the same span and strides, so a case builds
  * its inputs on the host, uploads, calls sdpa on the device and downloads the
  * outputs for the oracle checks; the device tensors of the benchmarks and
- * their median timing; and the relative-error measure of the fp32 (tf32)
- * tests.
+ * their median timing; the relative-error measure of the fp32 (tf32) tests;
+ * and the Hopper rows' selection checks.
  */
 #ifndef SDPA_TEST_GPU_COMMON_H
 #define SDPA_TEST_GPU_COMMON_H
@@ -33,16 +33,23 @@ typedef struct dual {
 /* Row-major; with rows16 the last dim's stride is rounded up to 8 elements
  * (16-byte rows, as the fast CUDA rows need) and `pad` (a multiple of 8) is
  * added to every stride; without it the tensor is contiguous. */
-/* The Hopper rows' selection check: on an sm_90 device, when the explain text
- * lists a row whose name starts with prefix (the build has them), the
- * problem must have selected one (a test failure naming the case otherwise). */
-void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
-                           const char *prefix);
-
 dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad);
 void dual_upload(dual *x);
 void dual_download(dual *x);
 void dual_free(dual *x); /* accepts a zeroed dual */
+
+/* The Hopper rows' selection check: on an sm_90 device the explain call must
+ * have succeeded and, when its text lists a row whose name starts with prefix
+ * (the build has them), the problem must have selected one (a test failure
+ * naming the case otherwise). */
+void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
+                           const char *prefix);
+/* 1 on a device of compute capability 9 whose explain text lists `row` (a row
+ * name, or the start of one): the build has the row and the GPU can run it.
+ * There the explain call (explain_status) must have succeeded: a test failure
+ * naming `name` otherwise, and 0. */
+int gpu_sm90_lists(const char *name, sdpa_status explain_status, const char *explain,
+                   const char *row);
 
 /* Benchmark tensors: buf[0..3] = q, k, v, out, n elements of es bytes each
  * on the device; q, k and v hold host[0..n) shifted by 0, 7 and 13 elements

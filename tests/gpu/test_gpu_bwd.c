@@ -139,9 +139,7 @@ static void run_refusal(void) {
   if (bwd_case_build(&c, &f, &rng)) {
     char buf[4096];
     const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
-    int major = 0;
-    CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-    if (ex == SDPA_OK && major == 9 && strstr(buf, "bwd_sm90_bias_bf16_hd64")) {
+    if (gpu_sm90_lists(c.name, ex, buf, "bwd_sm90_bias_bf16_hd64")) {
       f.dev.attn.kernel = "bwd_sm90_bias_bf16_hd64";
       const sdpa_status st = sdpa_bwd(&f.dev);
       TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), "needs: bias"),
