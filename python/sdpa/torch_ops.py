@@ -157,9 +157,9 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
         if use_custom_op and not _needs_grad(tensors) and _plain_eager(tensors):
             # what the op does here, without its dispatch: the implementation, then
             # the caches' version counters bumped (its ADInplaceOrView kernel's
-            # job; inference tensors have none and are left alone)
-            with torch.no_grad():
-                res = _kvcache_impl(*args)
+            # job; inference tensors have none and are left alone). No no_grad:
+            # no input needs grad here, so nothing is recorded anyway.
+            res = _kvcache_impl(*args)
             torch.autograd.graph.increment_version(k_cache)
             torch.autograd.graph.increment_version(v_cache)
             return res
