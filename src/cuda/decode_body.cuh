@@ -191,12 +191,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   griddep_launch_dependents();
 
   const uint32_t s_q = smem_u32(smem);
-  /* ---- the split's key tiles: the union of the block's row ranges (monotone in i) ---- */
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, m0 / G, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, (min(m0 + BM, rows) - 1) / G, sq, sk, &lo1, &hi1);
-  const int t_first = (int)(lo0 / BN);
-  const int t_count = hi1 > lo0 ? (int)((hi1 + BN - 1) / BN) - t_first : 0;
+  /* ---- the split's key tiles: those some query row of the block sees (its
+   * packed rows m0 .. m0 + BM - 1 are query rows i0 .. i1) ---- */
+  const int i0 = m0 / G, i1 = (min(m0 + BM, rows) - 1) / G;
+  int t_first, t_end;
+  sdpa_key_tiles(p, i0, i1 - i0 + 1, BN, sq, sk, &t_first, &t_end);
+  const int t_count = max(t_end - t_first, 0);
   const int ts = t_first + (int)((int64_t)t_count * split / prm.splits);
   const int te = t_first + (int)((int64_t)t_count * (split + 1) / prm.splits);
   /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... */
