@@ -157,8 +157,8 @@ sdpa_status sdpa_kernel_get(int index, sdpa_kernel_info *info) {
   SDPA_CHECK(info != NULL, SDPA_ERR_INVALID_ARGUMENT, "info = NULL: expected a pointer to sdpa_kernel_info");
   SDPA_CHECK(index >= 0 && index < sdpa_registry_count(), SDPA_ERR_INVALID_ARGUMENT,
              "index = %d: expected 0 <= index < sdpa_kernel_count() = %d", index, sdpa_registry_count());
-  SDPA_CHECK(index < 128, SDPA_ERR_INTERNAL, "index = %d: the registry has more rows than feature_text holds",
-             index);
+  SDPA_CHECK(index < (int)(sizeof feature_text / sizeof feature_text[0]), SDPA_ERR_INTERNAL,
+             "index = %d: the registry has more rows than feature_text holds", index);
   const sdpa_kernel_row *row = sdpa_registry_row(index);
   if (feature_text[index][0] == '\0') sdpa_feature_names(row->features, feature_text[index], SDPA_FEATURE_TEXT);
   info->name = row->name;

@@ -236,4 +236,18 @@ SDPA_HD void sdpa_key_range(const sdpa_problem *p, int64_t i, int64_t sq, int64_
   *hi = r;
 }
 
+/* Key tiles [n_begin, n_end) of bn keys that some query row of [m0, m0 + bm)
+ * sees (rows past sq ignored; m0 < sq): the rows' ranges are monotone in i,
+ * so their union lies in [lo of row m0, hi of the last row), capped at sk.
+ * When no row sees a key the range is empty or reversed (n_end <= n_begin)
+ * or, where that lo is not a tile start, one tile that every row masks. */
+SDPA_HD void sdpa_key_tiles(const sdpa_problem *p, int64_t m0, int bm, int bn, int64_t sq,
+                            int64_t sk, int *n_begin, int *n_end) {
+  int64_t lo0, hi0, lo1, hi1;
+  sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
+  sdpa_key_range(p, (m0 + bm < sq ? m0 + bm : sq) - 1, sq, sk, &lo1, &hi1);
+  *n_begin = (int)(lo0 / bn);
+  *n_end = (int)(((hi1 < sk ? hi1 : sk) + bn - 1) / bn);
+}
+
 #endif /* SDPA_PROBLEM_H */

@@ -2,8 +2,9 @@
  * registry.c - the kernel table and dispatch (DESIGN.md section 6). Rows are
  * in preference order: CUDA rows (from src/cuda/kernels.def through
  * cuda/registry_rows.h) first, then the CPU backend, which covers every valid
- * problem on its device. One function, sdpa_row_refusal, decides support and
- * says why not; dispatch, explain and workspace queries all go through it.
+ * problem on its device. One rule, row_check, decides support; dispatch tests
+ * it row by row, and sdpa_row_refusal (explain, a forced kernel, dispatch's
+ * message when no row fits) words its answer, so they never disagree.
  */
 #include "registry.h"
 
@@ -130,49 +131,67 @@ void sdpa_feature_names(unsigned f, char *buf, size_t n) {
 
 /* ---- support ------------------------------------------------------------------ */
 
+/* Why a row cannot run a problem: the one rule behind dispatch (which only
+ * tests it) and sdpa_row_refusal (which also words it). */
+typedef enum refusal {
+  FITS = 0,
+  WRONG_DEVICE,
+  NO_GPU,
+  WRONG_ARCH,
+  WRONG_DTYPE,
+  WRONG_HEAD_DIM,
+  MISSING_FEATURES, /* the problem needs features the row lacks */
+  REQUIRED_FEATURES /* the row needs features the problem lacks */
+} refusal;
+
+static int64_t head_dim_max(const sdpa_problem *p) { return p->d > p->d_v ? p->d : p->d_v; }
+
+/* f: sdpa_problem_features(p), computed once by the caller. */
+static refusal row_check(const sdpa_kernel_row *row, const sdpa_problem *p, int arch, unsigned f) {
+  if (row->device != p->device) return WRONG_DEVICE;
+  if (row->device == SDPA_DEVICE_CUDA) {
+    if (arch == 0) return NO_GPU;
+    if (arch < row->min_arch || (row->max_arch && arch > row->max_arch)) return WRONG_ARCH;
+  }
+  if (!(row->dtypes & (1u << p->dtype))) return WRONG_DTYPE;
+  const int64_t dmax = head_dim_max(p);
+  if ((row->max_head_dim && dmax > row->max_head_dim) || dmax <= row->min_head_dim)
+    return WRONG_HEAD_DIM;
+  if (f & ~row->features) return MISSING_FEATURES;
+  if (row->required & ~f) return REQUIRED_FEATURES;
+  return FITS;
+}
+
 const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, int arch,
                              char *why, size_t n) {
-  if (row->device != p->device) {
+  const unsigned f = sdpa_problem_features(p);
+  char names[256];
+  switch (row_check(row, p, arch, f)) {
+  case FITS: return NULL;
+  case WRONG_DEVICE:
     snprintf(why, n, "runs on %s, the problem is on %s",
              row->device == SDPA_DEVICE_CUDA ? "CUDA" : "the CPU",
              p->device == SDPA_DEVICE_CUDA ? "CUDA" : "the CPU");
-    return why;
-  }
-  if (row->device == SDPA_DEVICE_CUDA) {
-    if (arch == 0) {
-      snprintf(why, n, "no usable CUDA device is visible");
-      return why;
-    }
-    if (arch < row->min_arch || (row->max_arch && arch > row->max_arch)) {
-      snprintf(why, n, "needs sm_%d..sm_%d, the device is sm_%d", row->min_arch, row->max_arch, arch);
-      return why;
-    }
-  }
-  if (!(row->dtypes & (1u << p->dtype))) {
-    snprintf(why, n, "dtype %s not supported", sdpa_dtype_string(p->dtype));
-    return why;
-  }
-  int64_t dmax = p->d > p->d_v ? p->d : p->d_v;
-  if ((row->max_head_dim && dmax > row->max_head_dim) || dmax <= row->min_head_dim) {
-    snprintf(why, n, "head dim %lld outside (%d, %d]", (long long)dmax, row->min_head_dim,
+    break;
+  case NO_GPU: snprintf(why, n, "no usable CUDA device is visible"); break;
+  case WRONG_ARCH:
+    snprintf(why, n, "needs sm_%d..sm_%d, the device is sm_%d", row->min_arch, row->max_arch, arch);
+    break;
+  case WRONG_DTYPE: snprintf(why, n, "dtype %s not supported", sdpa_dtype_string(p->dtype)); break;
+  case WRONG_HEAD_DIM:
+    snprintf(why, n, "head dim %lld outside (%d, %d]", (long long)head_dim_max(p), row->min_head_dim,
              row->max_head_dim);
-    return why;
-  }
-  const unsigned f = sdpa_problem_features(p);
-  unsigned missing = f & ~row->features;
-  if (missing) {
-    char names[256];
-    sdpa_feature_names(missing, names, sizeof names);
+    break;
+  case MISSING_FEATURES:
+    sdpa_feature_names(f & ~row->features, names, sizeof names);
     snprintf(why, n, "does not support: %s", names);
-    return why;
-  }
-  if (row->required & ~f) {
-    char names[256];
+    break;
+  case REQUIRED_FEATURES:
     sdpa_feature_names(row->required & ~f, names, sizeof names);
     snprintf(why, n, "needs: %s (a kernel for problems with it)", names);
-    return why;
+    break;
   }
-  return NULL;
+  return why;
 }
 
 static int current_arch(const sdpa_problem *p) {
@@ -203,16 +222,24 @@ sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_r
                      "attn.kernel = \"%s\": no %s kernel of that name in this build (see `sdpa kernels`)",
                      p->kernel, opname);
   }
+  /* the first row that fits, tested without words ... */
+  const unsigned f = sdpa_problem_features(p);
+  for (int i = 0; i < sdpa_registry_count(); ++i) {
+    const sdpa_kernel_row *row = &rows[i];
+    if (row->op != op || row->device != p->device) continue;
+    if (row_check(row, p, arch, f) == FITS) {
+      *out = row;
+      return SDPA_OK;
+    }
+  }
+  /* ... and only when none does, every refusal worded for the message */
   char msg[900];
   size_t used = 0;
   msg[0] = '\0';
   for (int i = 0; i < sdpa_registry_count(); ++i) {
     const sdpa_kernel_row *row = &rows[i];
     if (row->op != op || row->device != p->device) continue;
-    if (!sdpa_row_refusal(row, p, arch, why, sizeof why)) {
-      *out = row;
-      return SDPA_OK;
-    }
+    if (!sdpa_row_refusal(row, p, arch, why, sizeof why)) continue; /* never: no row fit above */
     if (used < sizeof msg) {
       int w = snprintf(msg + used, sizeof msg - used, "; %s: %s", row->name, why);
       if (w > 0) used += (size_t)w;

@@ -206,6 +206,11 @@ def _out_shapes(q, v, varlen):
     return (b, s_q, h, d_v), (b, h, s_q)
 
 
+def _probs_shape(q, k):
+    """Shape of probs, [b, h, s_q, s_k] (the dense layout only)."""
+    return (q.shape[0], q.shape[-2], q.shape[1], k.shape[1])
+
+
 def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
                scale=None, alibi_slopes=None, bias=None, dropout_p=0.0, seed=0, offset=0,
                return_lse=False, return_probs=False, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -250,7 +255,7 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                 raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
                                 "return_probs: the dense layout only (no cu_seqlens_q, no "
                                 "cache_seqlens)")
-            probs = T.empty(q, (q.shape[0], q.shape[-2], q.shape[1], k.shape[1]), "float32")
+            probs = T.empty(q, _probs_shape(q, k), "float32")
         else:
             probs = c.arr(probs, "probs")
         c.set(d.probs, probs, "probs")
@@ -286,15 +291,21 @@ def _forward_raw(q, k, v, **kw):
                     kw.get("return_probs", False))
 
 
-def _wants_autograd(q, k, v, bias):
-    """torch tensors with grad enabled and one of q, k, v, bias requiring it
-    (no generator, no dict: every eager call asks)."""
-    if not T.is_torch(q) or not T._torch().is_grad_enabled():
+def _needs_grad(tensors):
+    """Grad mode on and one of tensors requiring grad (None and arrays without
+    requires_grad, e.g. numpy's, never do); torch is imported. No generator,
+    no dict: every eager call asks (here and in torch_ops)."""
+    if not T._torch().is_grad_enabled():
         return False
-    for x in (q, k, v, bias):
-        if x is not None and T.is_torch(x) and x.requires_grad:
+    for x in tensors:
+        if x is not None and getattr(x, "requires_grad", False):
             return True
     return False
+
+
+def _wants_autograd(q, k, v, bias):
+    """q a torch tensor, grad enabled and one of q, k, v, bias requiring it."""
+    return T.is_torch(q) and _needs_grad((q, k, v, bias))
 
 
 _CACHE_KEYS = ("cache_seqlens", "block_table", "cache_batch_idx", "k_new", "v_new",

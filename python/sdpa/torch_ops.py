@@ -79,15 +79,6 @@ def _plain_eager(tensors):
     return True
 
 
-def _needs_grad(tensors):
-    if not torch.is_grad_enabled():
-        return False
-    for x in tensors:
-        if x is not None and x.requires_grad:
-            return True
-    return False
-
-
 # ---- the implementations (eager) --------------------------------------------------------
 
 def _fwd_impl(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k,
@@ -154,12 +145,12 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
     if use_custom_op is None:
         use_custom_op = HAVE_CUSTOM_OP
         tensors = args[:11]
-        if use_custom_op and not _needs_grad(tensors) and _plain_eager(tensors):
+        if use_custom_op and not _core._needs_grad(tensors) and _plain_eager(tensors):
             # what the op does here, without its dispatch: the implementation, then
             # the caches' version counters bumped (its ADInplaceOrView kernel's
-            # job; inference tensors have none and are left alone)
-            with torch.no_grad():
-                res = _kvcache_impl(*args)
+            # job; inference tensors have none and are left alone). No no_grad:
+            # no input needs grad here, so nothing is recorded anyway.
+            res = _kvcache_impl(*args)
             torch.autograd.graph.increment_version(k_cache)
             torch.autograd.graph.increment_version(v_cache)
             return res
@@ -171,7 +162,7 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
 
 def _fwd_shapes(q, k, v, cu_seqlens_q, return_probs):
     out, lse = _core._out_shapes(q, v, cu_seqlens_q is not None)
-    probs = (q.shape[0], q.shape[-2], q.shape[1], k.shape[1]) if return_probs else (0,)
+    probs = _core._probs_shape(q, k) if return_probs else (0,)
     return out, lse, probs
 
 
@@ -275,9 +266,8 @@ if HAVE_CUSTOM_OP:
                                cache_seqlens, cache_batch_idx, block_table, alibi_slopes, scale,
                                softcap, causal, window_left, window_right, rotary_interleaved,
                                num_splits):
-        b, s_q, h = q.shape[0], q.shape[1], q.shape[2]
-        return (q.new_empty((b, s_q, h, v_cache.shape[-1])),
-                q.new_empty((b, h, s_q), dtype=torch.float32))
+        so, sl = _core._out_shapes(q, v_cache, False)
+        return q.new_empty(so), q.new_empty(sl, dtype=torch.float32)
 
 
 # ---- torch.autograd.Function (eager; also the path on torch < 2.4) -----------------------
@@ -360,7 +350,7 @@ def attention(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), s
         use_custom_op = HAVE_CUSTOM_OP and not _plain_eager(tensors)
     if use_custom_op:
         out, lse, probs = torch.ops.sdpa.fwd(*tensors, *scalars, bool(deterministic))
-    elif _needs_grad(tensors):
+    elif _core._needs_grad(tensors):
         out, lse, probs = SdpaAttention.apply(*tensors, scalars + (bool(deterministic),))
     else:  # nothing to differentiate: SdpaAttention's forward without the Function
         out, lse, probs = _fwd_impl(*tensors, *scalars)

@@ -268,9 +268,9 @@ static void pass_dkdv(void *vctx, int64_t item, int tid) {
   int64_t ia = 0, ib = 0;
   if (n > 0) rows_seeing(p, sq, sk, j0, j0 + n, &ia, &ib);
   if (ib > ia) {
-    load_rows(p->k, p->dtype, sdpa_kv_offset(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d, ws.kt,
-              p->d);
-    load_rows(p->v, p->dtype, sdpa_kv_offset(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
+    load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
+              ws.kt, p->d);
+    load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
               ws.vt, p->d_v);
     for (int64_t g = 0; g < c->group; ++g) {
       const int64_t hh = hk * c->group + g;
@@ -285,10 +285,10 @@ static void pass_dkdv(void *vctx, int64_t item, int tid) {
       }
     }
   }
-  store_rows(p->dk, p->dtype, sdpa_kv_offset(p, p->dk_st, b, j0, hk), p->dk_st.ss, jn, p->d, dk,
-             p->d);
-  store_rows(p->dv, p->dtype, sdpa_kv_offset(p, p->dv_st, b, j0, hk), p->dv_st.ss, jn, p->d_v, dv,
-             p->d_v);
+  store_rows(p->dk, p->dtype, sdpa_kv_offset_seq(p, p->dk_st, b, j0, hk), p->dk_st.ss, jn, p->d,
+             dk, p->d);
+  store_rows(p->dv, p->dtype, sdpa_kv_offset_seq(p, p->dv_st, b, j0, hk), p->dv_st.ss, jn,
+             p->d_v, dv, p->d_v);
 }
 
 /* ---- pass 2: dQ ----------------------------------------------------------------- */
@@ -313,9 +313,9 @@ static void pass_dq(void *vctx, int64_t item, int tid) {
     load_query_side(p, &ws, b, hh, i0, m, 1);
     for (int64_t j0 = ja; j0 < jb; j0 += BWD_BN) {
       const int64_t n = jb - j0 < BWD_BN ? jb - j0 : BWD_BN;
-      load_rows(p->k, p->dtype, sdpa_kv_offset(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
+      load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
                 ws.kt, p->d);
-      load_rows(p->v, p->dtype, sdpa_kv_offset(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
+      load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
                 ws.vt, p->d_v);
       tile_grad(p, &ws, b, hh, sq, sk, i0, m, j0, n, 1);
       sdpa_cpu_gemm(0, 0, (int)m, (int)p->d, (int)n, p->scale, ws.dp, BWD_BN, ws.kt, (int)p->d,
@@ -367,9 +367,9 @@ static void pass_dbias(void *vctx, int64_t item, int tid) {
     for (int64_t hh = h_lo; hh < h_hi; ++hh) {
       const int64_t hk = hh / c->group;
       if (hk != loaded_hk) {
-        load_rows(p->k, p->dtype, sdpa_kv_offset(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
+        load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
                   ws.kt, p->d);
-        load_rows(p->v, p->dtype, sdpa_kv_offset(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
+        load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
                   ws.vt, p->d_v);
         loaded_hk = hk;
       }

@@ -80,14 +80,15 @@ static void append_task(void *vctx, int64_t item, int tid) {
   float *row = ctx->rows[tid];
   const int64_t b = item / p->s_new, i = item % p->s_new;
   const int64_t j = (int64_t)p->cache_seqlens[b] + i;
+  const sdpa_kv_pos pos = sdpa_kv_locate(p, b, j); /* one block_table read: all heads, k and v */
   for (int64_t hk = 0; hk < p->h_k; ++hk) {
     const char *kn = (const char *)p->k_new + (size_t)(b * p->kn_st.sb + i * p->kn_st.ss + hk * p->kn_st.sh) * es;
-    char *kc = (char *)p->k + (size_t)sdpa_kv_offset(p, p->k_st, b, j, hk) * es;
+    char *kc = (char *)p->k + (size_t)sdpa_kv_at(p->k_st, pos, hk) * es;
     sdpa_cpu_load_row(kn, p->dtype, p->d, row);
     if (p->rotary_dim > 0) sdpa_cpu_rotary_row(p, row, j);
     sdpa_cpu_store_row(kc, p->dtype, p->d, row);
     const char *vn = (const char *)p->v_new + (size_t)(b * p->vn_st.sb + i * p->vn_st.ss + hk * p->vn_st.sh) * es;
-    char *vc = (char *)p->v + (size_t)sdpa_kv_offset(p, p->v_st, b, j, hk) * es;
+    char *vc = (char *)p->v + (size_t)sdpa_kv_at(p->v_st, pos, hk) * es;
     sdpa_cpu_load_row(vn, p->dtype, p->d_v, row);
     sdpa_cpu_store_row(vc, p->dtype, p->d_v, row);
   }

@@ -52,24 +52,15 @@
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
 
-#define DEC_PASTE_(a, b) a##b
-#define DEC_PASTE(a, b) DEC_PASTE_(a, b)
-#define DEC_STR_(a) #a
-#define DEC_STR(a) DEC_STR_(a)
-#define DEC_IS_BF16_BF16 1
-#define DEC_IS_BF16_F16 0
-#define DEC_KERNEL DEC_PASTE(SDPA_KERNEL_NAME, _kernel)
-#define DEC_RUN DEC_PASTE(SDPA_KERNEL_NAME, _run)
-#define DEC_WORKSPACE DEC_PASTE(SDPA_KERNEL_NAME, _workspace)
+#include "fwd_names.cuh"
+#define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
-#if DEC_PASTE(DEC_IS_BF16_, SDPA_DTYPE)
+#if SDPA_FWD_IS_BF16
 #define DEC_MMA mma_m16n8k16_bf16
 #define DEC_PACK pack_bf16x2
-#define DEC_BF16 1
 #else
 #define DEC_MMA mma_m16n8k16_f16
 #define DEC_PACK pack_f16x2
-#define DEC_BF16 0
 #endif
 
 /* ---- geometry ---------------------------------------------------------------- */
@@ -170,7 +161,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
   float x[8];
 #pragma unroll
   for (int u = 0; u < 8; ++u)
-    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, DEC_BF16) : 0.f;
+    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, SDPA_FWD_IS_BF16) : 0.f;
   v.x = DEC_PACK(x[0], x[1]);
   v.y = DEC_PACK(x[2], x[3]);
   v.z = DEC_PACK(x[4], x[5]);
@@ -179,7 +170,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-    DEC_KERNEL(const __grid_constant__ sdpa_decode_params prm) {
+    SDPA_KERNEL(const __grid_constant__ sdpa_decode_params prm) {
   extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -200,12 +191,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   griddep_launch_dependents();
 
   const uint32_t s_q = smem_u32(smem);
-  /* ---- the split's key tiles: the union of the block's row ranges (monotone in i) ---- */
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, m0 / G, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, (min(m0 + BM, rows) - 1) / G, sq, sk, &lo1, &hi1);
-  const int t_first = (int)(lo0 / BN);
-  const int t_count = hi1 > lo0 ? (int)((hi1 + BN - 1) / BN) - t_first : 0;
+  /* ---- the split's key tiles: those some query row of the block sees (its
+   * packed rows m0 .. m0 + BM - 1 are query rows i0 .. i1) ---- */
+  const int i0 = m0 / G, i1 = (min(m0 + BM, rows) - 1) / G;
+  int t_first, t_end;
+  sdpa_key_tiles(p, i0, i1 - i0 + 1, BN, sq, sk, &t_first, &t_end);
+  const int t_count = max(t_end - t_first, 0);
   const int ts = t_first + (int)((int64_t)t_count * split / prm.splits);
   const int te = t_first + (int)((int64_t)t_count * (split + 1) / prm.splits);
   /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... */
@@ -359,7 +350,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
     /* O += P V: P repacked in registers as the A operand */
     uint32_t pa[4];
-    pack_a_frag(pa, s, DEC_BF16);
+    pack_a_frag(pa, s, SDPA_FWD_IS_BF16);
 #pragma unroll
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t bv[4];
@@ -432,45 +423,45 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
 /* Per device: dynamic shared-memory limit raised and occupancy read (races
  * store the same values). */
-static int DEC_PASTE(SDPA_KERNEL_NAME, _bps)[SDPA_MAX_DEVICES];
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _bps)[SDPA_MAX_DEVICES];
 
-static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
+static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", DEC_STR(SDPA_KERNEL_NAME),
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
-  if (dev >= 0 && dev < SDPA_MAX_DEVICES && DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] > 0) {
-    *bps = DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev];
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES && SDPA_PASTE(SDPA_KERNEL_NAME, _bps)[dev] > 0) {
+    *bps = SDPA_PASTE(SDPA_KERNEL_NAME, _bps)[dev];
     return SDPA_OK;
   }
   static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
-  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)DEC_KERNEL, (int)SMEM_BYTES, smem_set,
-                                  DEC_STR(SDPA_KERNEL_NAME)));
+  SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_KERNEL, (int)SMEM_BYTES, smem_set,
+                                  SDPA_STR(SDPA_KERNEL_NAME)));
   int n = 0;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DEC_KERNEL, NTHREADS, SMEM_BYTES);
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, SDPA_KERNEL, NTHREADS, SMEM_BYTES);
   if (e != cudaSuccess || n < 1)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: no block of %d threads and %d bytes of shared memory fits "
-                     "an SM (%s)", DEC_STR(SDPA_KERNEL_NAME), (int)NTHREADS, (int)SMEM_BYTES,
+                     "an SM (%s)", SDPA_STR(SDPA_KERNEL_NAME), (int)NTHREADS, (int)SMEM_BYTES,
                      cudaGetErrorString(e));
-  if (dev >= 0 && dev < SDPA_MAX_DEVICES) DEC_PASTE(SDPA_KERNEL_NAME, _bps)[dev] = n;
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES) SDPA_PASTE(SDPA_KERNEL_NAME, _bps)[dev] = n;
   *bps = n;
   return SDPA_OK;
 }
 
-static sdpa_status DEC_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_decode_params *prm,
+static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_decode_params *prm,
                                                         unsigned grid, cudaStream_t stream) {
-  DEC_KERNEL<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
+  SDPA_KERNEL<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", DEC_STR(SDPA_KERNEL_NAME),
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
   return SDPA_OK;
 }
 
-static sdpa_decode_shape DEC_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
+static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
   sdpa_decode_shape sh;
-  sh.name = DEC_STR(SDPA_KERNEL_NAME);
+  sh.name = SDPA_STR(SDPA_KERNEL_NAME);
   sh.hd = HD;
   sh.block_m = BM;
   sh.warps = NWARPS;
@@ -481,26 +472,24 @@ static sdpa_decode_shape DEC_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
   int bps = 1;
-  if (DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
-  sdpa_decode_shape sh = DEC_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
+  if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
+  sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
   return sdpa_decode_workspace(p, &sh);
 }
 
-extern "C" sdpa_status DEC_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
+extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
-                     DEC_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   int bps = 1;
-  SDPA_TRY(DEC_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
-  sdpa_decode_shape sh = DEC_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-  return sdpa_decode_execute(p, &sh, DEC_PASTE(SDPA_KERNEL_NAME, _launch));
+  SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
+  sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
+  return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch));
 }
 
 #undef DEC_MMA
 #undef DEC_PACK
-#undef DEC_BF16
-#undef DEC_KERNEL
-#undef DEC_RUN
 #undef DEC_WORKSPACE
+#include "fwd_names_undef.cuh"
 #include "row_undef.cuh"

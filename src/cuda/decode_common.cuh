@@ -159,6 +159,10 @@ extern "C" {
  * parts on the same stream and may overlap its tail (sm_90) */
 sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
                                    const char *who);
+/* merge.cu: whether nb batches of `rows` rows (b and s_q * h of a split-KV
+ * combine) fit the merge's grid (rows < 2^31, at most 65535 batches):
+ * sdpa_cuda_merge_launch's check, for callers that check before anything runs */
+int sdpa_cuda_merge_fits(int64_t nb, int64_t rows);
 /* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
 sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
 /* decode_plan.cu */

@@ -110,7 +110,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
                      sh->name, (long long)rows, (long long)grid, splits, (long long)m_blocks,
                      (long long)p->b, (long long)p->h_k);
   /* the combine's limits (merge.cu), checked before anything runs */
-  if (splits > 1 && (p->b > 65535 || p->s_q * p->h > 0x7fffffff))
+  if (splits > 1 && !sdpa_cuda_merge_fits(p->b, p->s_q * p->h))
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
                      "%s: b = %lld with %d key splits: the combine takes at most 65535 batches of "
                      "< 2^31 rows (num_splits = 1 avoids it)",

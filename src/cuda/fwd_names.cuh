@@ -1,9 +1,9 @@
 /*
  * fwd_names.cuh - the names every forward body (fwd_sm80_body.cuh,
- * fwd_sm90_body.cuh, fwd_tf32_body.cuh) makes from its row: the token
- * pasting and stringizing helpers, SDPA_FWD_IS_BF16 (1 for a BF16 row, 0
- * otherwise, usable in #if and as a literal), and the kernel / run names
- * token-pasted from SDPA_KERNEL_NAME. fwd_names_undef.cuh #undef's them at
+ * fwd_sm90_body.cuh, fwd_tf32_body.cuh, decode_body.cuh) makes from its
+ * row: the token pasting and stringizing helpers, SDPA_FWD_IS_BF16 (1 for a
+ * BF16 row, 0 otherwise, usable in #if and as a literal), and the kernel /
+ * run names token-pasted from SDPA_KERNEL_NAME. fwd_names_undef.cuh #undef's them at
  * the bottom of the body. No include guard: one body per translation unit.
  */
 #define SDPA_PASTE_(a, b) a##b

@@ -155,13 +155,13 @@ __device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_sm8
                                               int bm, int bn, int mw, int warp, int g) {
   const sdpa_problem *p = &prm->p;
   const int sq = kb->sq, sk = kb->sk;
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, kb->m0, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, min(kb->m0 + bm, sq) - 1, sq, sk, &lo1, &hi1);
-  kb->n_begin = (int)(lo0 / bn);
-  kb->n_end = (int)((min(hi1, (int64_t)sk) + bn - 1) / bn);
-  kb->lo1 = lo1;
-  kb->hi0 = hi0;
+  /* keys [lo1, hi0) every row sees: the last row's lo, the first row's hi
+   * (the rows sdpa_key_tiles reads too; ranges first, then the tiles: the
+   * other order spilled 12 bytes in the d = 128 bias kernels, sm_90a) */
+  int64_t lo0, hi1;
+  sdpa_key_range(p, kb->m0, sq, sk, &lo0, &kb->hi0);
+  sdpa_key_range(p, min(kb->m0 + bm, sq) - 1, sq, sk, &kb->lo1, &hi1);
+  sdpa_key_tiles(p, kb->m0, bm, bn, sq, sk, &kb->n_begin, &kb->n_end);
   kb->rw.i0 = kb->m0 + warp * mw + g;
   kb->rw.off = p->bottom_right ? sk - sq : 0;
   kb->rw.wl = sdpa_window_clamp(p->window_left);

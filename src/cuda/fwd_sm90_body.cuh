@@ -320,9 +320,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   sdpa_fwd_sm90_params prm;
+  /* the maps (prm's tq, tk, tv) first: a problem the copy engine cannot
+   * describe goes to the fallback, which folds its own parameters */
+  if (!sdpa_fwd_sm90_maps(p, BN, &prm)) return SDPA_FALLBACK_RUN(p, row);
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &grid));
-  if (!sdpa_fwd_sm90_maps(p, BN, &prm)) return SDPA_FALLBACK_RUN(p, row);
   const int drop = prm.base.has_dropout;
   return sdpa_kernel_launch1(drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL,
                              &prm, p->stream, grid, NTHREADS, SMEM_BYTES,

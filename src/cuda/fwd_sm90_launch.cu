@@ -52,7 +52,8 @@ static int make_map(encode_tiled_fn enc, CUtensorMap *m, const void *base, sdpa_
 
 extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm) {
   encode_tiled_fn enc = encoder();
-  if (!enc || (p->layout != SDPA_LAYOUT_DENSE && p->layout != SDPA_LAYOUT_VARLEN)) return 0;
+  if (!enc) return 0;
+  /* dense or varlen: the rows refuse KV caches (SDPA_FWD_SM90_FEATURES) */
   if (p->layout == SDPA_LAYOUT_VARLEN) { /* rows are global: one batch of total rows */
     sdpa_bshd q = p->q_st, k = p->k_st, v = p->v_st;
     q.sb = q.ss * p->total_q; /* any valid stride: the batch extent is 1 */

@@ -24,8 +24,9 @@ extern "C" __global__ void __launch_bounds__(APPEND_THREADS)
   const int is_bf16 = p.dtype == SDPA_DTYPE_BF16;
   const uint16_t *kn = (const uint16_t *)p.k_new + b * p.kn_st.sb + i * p.kn_st.ss + hk * p.kn_st.sh;
   const uint16_t *vn = (const uint16_t *)p.v_new + b * p.vn_st.sb + i * p.vn_st.ss + hk * p.vn_st.sh;
-  uint16_t *kc = (uint16_t *)p.k + sdpa_kv_offset(&p, p.k_st, b, j, hk);
-  uint16_t *vc = (uint16_t *)p.v + sdpa_kv_offset(&p, p.v_st, b, j, hk);
+  const sdpa_kv_pos pos = sdpa_kv_locate(&p, b, j); /* one block_table read for k and v */
+  uint16_t *kc = (uint16_t *)p.k + sdpa_kv_at(p.k_st, pos, hk);
+  uint16_t *vc = (uint16_t *)p.v + sdpa_kv_at(p.v_st, pos, hk);
   for (int e = threadIdx.x; e < (int)p.d; e += APPEND_THREADS) {
     const float x = sdpa_rotary_elem(&p, kn, e, j, is_bf16);
     kc[e] = e < p.rotary_dim ? (is_bf16 ? cvt_bf16(x) : cvt_f16(x)) : kn[e];

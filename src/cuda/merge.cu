@@ -152,11 +152,13 @@ static int merge_wpr(int64_t n) {
   return 4;
 }
 
+int sdpa_cuda_merge_fits(int64_t nb, int64_t rows) { return rows <= 0x7fffffff && nb <= 65535; }
+
 sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
                                    const char *who) {
   const int64_t rows = a->ni * a->nh; /* per batch */
   if (rows <= 0 || a->nb <= 0) return SDPA_OK;
-  if (rows > 0x7fffffff || a->nb > 65535)
+  if (!sdpa_cuda_merge_fits(a->nb, rows))
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
                      "%s: %lld batches of %lld rows to merge: expected <= 65535 batches of "
                      "< 2^31 rows", who, (long long)a->nb, (long long)rows);

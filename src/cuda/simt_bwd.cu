@@ -88,10 +88,10 @@ __device__ __forceinline__ void simt_load_keys(const sdpa_problem *p, int64_t b,
                                                int64_t j0, int64_t n, simt_offs *off) {
   const int tid = threadIdx.x;
   if (tid < SIMT_BN)
-    off->k[tid] = tid < n ? sdpa_kv_offset(p, p->k_st, b, j0 + tid, hk) : -1;
+    off->k[tid] = tid < n ? sdpa_kv_offset_seq(p, p->k_st, b, j0 + tid, hk) : -1;
   else if (tid < 2 * SIMT_BN)
     off->v[tid - SIMT_BN] =
-        tid - SIMT_BN < n ? sdpa_kv_offset(p, p->v_st, b, j0 + tid - SIMT_BN, hk) : -1;
+        tid - SIMT_BN < n ? sdpa_kv_offset_seq(p, p->v_st, b, j0 + tid - SIMT_BN, hk) : -1;
 }
 
 /*
@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(SIMT_THREADS)
     /* every key row of the block, zeros past seqused_k */
     if (lane < jn) {
       const int64_t j = j0 + lane;
-      const int64_t ok = sdpa_kv_offset(p, p->dk_st, b, j, hk);
-      const int64_t ov = sdpa_kv_offset(p, p->dv_st, b, j, hk);
+      const int64_t ok = sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
+      const int64_t ov = sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
       for (int c = 0; c < NCOL; ++c) {
         const int64_t col = c0 + warp + SIMT_WARPS * c;
         if (col < p->d) simt_st(p->dk, p->dtype, ok + col, p->scale * adk[c]);
