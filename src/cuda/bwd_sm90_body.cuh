@@ -554,11 +554,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
   if (m0 >= sq) return;
   const int off = p->bottom_right ? sk - sq : 0;
   const int64_t q_start = sdpa_seq_q_start(p, b);
-  /* key tiles [n_begin, n_end) that some query of the block sees */
-  int64_t lo0, hi0, lo1, hi1;
-  sdpa_key_range(p, m0, sq, sk, &lo0, &hi0);
-  sdpa_key_range(p, (m0 + BM < sq ? m0 + BM : sq) - 1, sq, sk, &lo1, &hi1);
-  const int n_begin = (int)(lo0 / BN), n_end = (int)(((hi1 < sk ? hi1 : sk) + BN - 1) / BN);
+  int n_begin, n_end; /* the key tiles some query of the block sees */
+  sdpa_key_tiles(p, m0, BM, BN, sq, sk, &n_begin, &n_end);
   const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
   const uint32_t s_q = base + DQO_Q, s_do = base + DQO_DO, s_s = base + DQO_S;
   /* key row 0 of this sequence and kv head: tile n is n BN rows on */
@@ -603,6 +600,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, con
     const uint32_t keep = feat && prm->has_dropout
                               ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
                               : 0u;
+    /* (every pair visible: bwd_tf32_body.cuh's tile_vis == 2 written out, as in
+       bwd_body; through a shared call ptxas spilled in bwd_body: bench/NOTES.md) */
     const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
                      (int64_t)n0 + BN - 1 - m0 <= whi;
     wg_wait0();
