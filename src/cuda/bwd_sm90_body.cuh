@@ -78,10 +78,10 @@
 #define SDPA_TY f16
 #endif
 /* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
- * queries per sub-step (S^T / dP^T are m64n<qs>) of the plain kernel and of
- * the feature / deterministic ones, whose extra live values would spill at
- * the plain kernel's size (ptxas, bench/NOTES.md); dQ columns per product
- * (m64n<DQN>). */
+ * queries per sub-step (S^T / dP^T are m64n<qs>) of the plain kernels (the
+ * atomic and the deterministic one) and of the feature ones, whose extra
+ * live values would spill at the plain kernels' size (ptxas, bench/NOTES.md);
+ * dQ columns per product (m64n<DQN>). */
 #if SDPA_HDIM <= 64
 #define SDPA_HDW 64
 enum { QS = 64, QS_FD = 64, DQN = 64 };
@@ -293,7 +293,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int wg = warp >> 2, wq = warp & 3;
   const int kwg = wg % KWG, dsg = wg / KWG; /* key block, column split of the warpgroup */
   const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
-  const int qs = feat || det ? QS_FD : QS; /* a literal */
+  const int qs = feat ? QS_FD : QS; /* a literal */
   const int hk = blockIdx.y, b = blockIdx.z;
   const int fk = (int)bwd_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
