@@ -23,21 +23,18 @@
  * 2t, 2t + 1 of each: one call a lane instead of four (2026-11-21: the
  * four-fold redundant form ran at 0.22x-0.39x of the p = 0 speed). Bit
  * 8c + 2 (ps & 3) + e of dm[mt][ps / 4] drops key 2t + e of call c. The
- * calls depend on no score, so a body makes them while the tensor cores
- * work (the sm80 body: before the tile's Q K^T; the Hopper body: half
- * during the previous tile's P V, half during this tile's Q K^T). Only key
- * pairs ps0 <= ps < ps1 are made; a word's first pair (ps % 4 == 0)
- * starts it, so the range holding that pair must be made first. */
+ * calls depend on no score, so the main loop makes a tile's before its
+ * Q K^T, where the integer work can issue beside the tensor cores (the
+ * probs pass after it: registers). */
 enum { DW = (PS + 3) / 4 }; /* drop-bit words per m16 tile */
 
 __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
-                                          const fwd_rows *rw, uint32_t bh, int n0, int t,
-                                          const int ps0, const int ps1) {
+                                          const fwd_rows *rw, uint32_t bh, int n0, int t) {
   const uint32_t thr = p->drop_threshold;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int ps = ps0; ps < ps1; ++ps) {
+    for (int ps = 0; ps < PS; ++ps) {
       const sdpa_u32x4 r =
           sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t >> 1),
                             (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));

@@ -158,8 +158,8 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
 
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
  * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
- * literal) compiles dropout in: each tile's Philox calls run while the
- * tensor cores work (below). */
+ * literal) compiles dropout in: each tile's Philox calls run while its
+ * Q K^T is in flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
                                         int drop) {
@@ -175,17 +175,6 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
   softmax_init(o, row_max, row_sum);
-  /* Dropout: a tile's Philox calls (integer multiplies: their pipe, not the
-   * issue slots, bounds them) are made in two halves while the tensor cores
-   * work: key pairs [0, PS_A) during the previous tile's P V, [PS_A, PS)
-   * during the tile's own Q K^T; the first tile's first half here. */
-#ifndef SDPA_DROP_PS_A /* (an experiment's override) */
-#define SDPA_DROP_PS_A (PS / 2)
-#endif
-  enum { PS_A = SDPA_DROP_PS_A };
-  const uint32_t bh = (uint32_t)(kb->b * p->h + kb->hh);
-  uint32_t dm[MT][DW];
-  if (drop && kb->n_begin < kb->n_end) drop_mask(dm, p, &kb->rw, bh, kb->n_begin * BN, t, 0, PS_A);
   mbar_wait(bar_q(bars), 0);
 
   for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
@@ -203,7 +192,8 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
                  wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
     }
     wg_commit();
-    if (drop) drop_mask(dm, p, &kb->rw, bh, n0, t, PS_A, PS);
+    uint32_t dm[MT][DW];
+    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
     if (lane == 0) mbar_arrive(bar_kempty(bars, s));
@@ -227,7 +217,6 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     for (int ps = 0; ps < PS; ++ps)
       SDPA_WG_PV(o[0], pa[ps], wg_desc(sv + ps * 16 * ROWB, BN * ROWB, 1024), 1);
     wg_commit();
-    if (drop && n + 1 < kb->n_end) drop_mask(dm, p, &kb->rw, bh, n0 + BN, t, 0, PS_A);
     wg_wait0();
     wg_fence_acc(o[0], DT);
     if (lane == 0) mbar_arrive(bar_vempty(bars, s));
