@@ -36,19 +36,29 @@ SDPA_HD uint32_t sdpa_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi) {
 #endif
 }
 
+#define SDPA_PHILOX_M0 0xD2511F53u
+#define SDPA_PHILOX_M1 0xCD9E8D57u
+#define SDPA_PHILOX_W0 0x9E3779B9u
+#define SDPA_PHILOX_W1 0xBB67AE85u
+
+/* One round with this round's key (k0, k1). */
+SDPA_HD sdpa_u32x4 sdpa_philox_round(sdpa_u32x4 ctr, uint32_t k0, uint32_t k1) {
+  uint32_t hi0, hi1;
+  const uint32_t lo0 = sdpa_mulhilo32(SDPA_PHILOX_M0, ctr.x[0], &hi0);
+  const uint32_t lo1 = sdpa_mulhilo32(SDPA_PHILOX_M1, ctr.x[2], &hi1);
+  sdpa_u32x4 next;
+  next.x[0] = hi1 ^ ctr.x[1] ^ k0;
+  next.x[1] = lo1;
+  next.x[2] = hi0 ^ ctr.x[3] ^ k1;
+  next.x[3] = lo0;
+  return next;
+}
+
 SDPA_HD sdpa_u32x4 sdpa_philox4x32_10(sdpa_u32x4 ctr, uint32_t k0, uint32_t k1) {
   for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, hi1;
-    uint32_t lo0 = sdpa_mulhilo32(0xD2511F53u, ctr.x[0], &hi0);
-    uint32_t lo1 = sdpa_mulhilo32(0xCD9E8D57u, ctr.x[2], &hi1);
-    sdpa_u32x4 next;
-    next.x[0] = hi1 ^ ctr.x[1] ^ k0;
-    next.x[1] = lo1;
-    next.x[2] = hi0 ^ ctr.x[3] ^ k1;
-    next.x[3] = lo0;
-    ctr = next;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    ctr = sdpa_philox_round(ctr, k0, k1);
+    k0 += SDPA_PHILOX_W0;
+    k1 += SDPA_PHILOX_W1;
   }
   return ctr;
 }
@@ -74,11 +84,6 @@ SDPA_HD sdpa_u32x4 sdpa_dropout_bits(uint64_t seed, uint32_t offset, uint32_t bh
  * once per row (1), and sdpa_dropout_bits_parts per call: 15 products where
  * sdpa_dropout_bits makes 20. Bit for bit the same (tests/test_ref.c).
  */
-#define SDPA_PHILOX_M0 0xD2511F53u
-#define SDPA_PHILOX_M1 0xCD9E8D57u
-#define SDPA_PHILOX_W0 0x9E3779B9u
-#define SDPA_PHILOX_W1 0xBB67AE85u
-
 /* Round 2's first product (of the row's word): {hi, lo}. */
 SDPA_HD void sdpa_dropout_row_part(uint64_t seed, uint32_t bh, uint32_t i, uint32_t *hi,
                                    uint32_t *lo) {
@@ -123,15 +128,7 @@ SDPA_HD sdpa_u32x4 sdpa_dropout_bits_parts(uint64_t seed, uint32_t row_hi, uint3
   for (int round = 3; round < 10; ++round) {
     k0 += SDPA_PHILOX_W0;
     k1 += SDPA_PHILOX_W1;
-    uint32_t hi0, hi1;
-    const uint32_t lo0 = sdpa_mulhilo32(SDPA_PHILOX_M0, ctr.x[0], &hi0);
-    const uint32_t lo1 = sdpa_mulhilo32(SDPA_PHILOX_M1, ctr.x[2], &hi1);
-    sdpa_u32x4 next;
-    next.x[0] = hi1 ^ ctr.x[1] ^ k0;
-    next.x[1] = lo1;
-    next.x[2] = hi0 ^ ctr.x[3] ^ k1;
-    next.x[3] = lo0;
-    ctr = next;
+    ctr = sdpa_philox_round(ctr, k0, k1);
   }
   return ctr;
 }
