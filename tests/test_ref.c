@@ -49,29 +49,6 @@ static void test_philox_kat(void) {
   }
 }
 
-/* The three-part form (key block, row, call) against sdpa_dropout_bits, on
- * fresh random counters and seeds, the extremes among them. */
-static void test_philox_parts(void) {
-  uint64_t st = test_seed() ^ 0x5bd1e995u;
-  for (int n = 0; n < 20000; ++n) {
-    uint32_t w[6];
-    for (int k = 0; k < 6; ++k) {
-      st = st * 6364136223846793005ull + 1442695040888963407ull;
-      w[k] = (uint32_t)(st >> 32);
-      if (n % 7 == k) w[k] = n & 1 ? 0xffffffffu : 0u;
-    }
-    const uint64_t seed = (uint64_t)w[4] << 32 | w[5];
-    const sdpa_u32x4 want = sdpa_dropout_bits(seed, w[3], w[2], w[1], w[0]);
-    uint32_t rh, rl;
-    sdpa_dropout_row_part(seed, w[2], w[1], &rh, &rl);
-    const sdpa_u32x4 got =
-        sdpa_dropout_bits_parts(seed, rh, rl, sdpa_dropout_key_part(seed, w[3], w[2], w[0]));
-    for (int k = 0; k < 4; ++k)
-      TEST_EXPECT(got.x[k] == want.x[k], "philox parts, case %d word %d: %08x, want %08x", n, k,
-                  got.x[k], want.x[k]);
-  }
-}
-
 /* ---- building problems (f32 storage, contiguous) ---------------------------------- */
 
 typedef struct cfg {
@@ -709,7 +686,6 @@ static void test_seqused(void) {
 int main(void) {
   test_rng_init(&rng, test_seed());
   test_philox_kat();
-  test_philox_parts();
   test_backward();
   test_single_key();
   test_masked_rows();

@@ -118,14 +118,11 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const i
  * time the scores take their registers. */
 __device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_t bh, int q0,
                                                   int j_lo, int lane) {
-  uint32_t bits = 0, row_hi, row_lo;
-  /* (philox.h's parts: the key blocks' are the warp's, the row's the lane's) */
-  sdpa_dropout_row_part(p->seed, bh, (uint32_t)(q0 + lane), &row_hi, &row_lo);
+  uint32_t bits = 0;
 #pragma unroll
   for (int hb = 0; hb < 2; ++hb) {
-    const sdpa_u32x4 r = sdpa_dropout_bits_parts(
-        p->seed, row_hi, row_lo,
-        sdpa_dropout_key_part(p->seed, p->offset, bh, (uint32_t)((j_lo >> 3) + hb)));
+    const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(q0 + lane),
+                                           (uint32_t)((j_lo >> 3) + hb));
 #pragma unroll
     for (int f = 0; f < 8; ++f)
       bits |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) >= p->drop_threshold)

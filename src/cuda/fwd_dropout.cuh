@@ -29,26 +29,15 @@
 enum { DW = (PS + 3) / 4 }; /* drop-bit words per m16 tile */
 
 __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
-                                          const fwd_rows *rw, uint32_t bh, int n0, int lane) {
-  static_assert(2 * PS <= 32, "a lane per key block of the tile");
+                                          const fwd_rows *rw, uint32_t bh, int n0, int t) {
   const uint32_t thr = p->drop_threshold;
-  const int t = lane & 3;
-  /* The calls' parts that depend on the key block alone: lane l makes block
-   * l of the tile (l mod 2 PS), the calls take them by shuffles; the row's
-   * part once per m16 tile (philox.h: 15 products a call instead of 20; the
-   * multiplies, not the instruction count, bound the mask: bench/NOTES.md). */
-  const sdpa_u32x4 kp =
-      sdpa_dropout_key_part(p->seed, p->offset, bh, (uint32_t)((n0 >> 3) + lane % (2 * PS)));
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    uint32_t row_hi, row_lo;
-    sdpa_dropout_row_part(p->seed, bh, (uint32_t)row_i(rw, mt, t >> 1), &row_hi, &row_lo);
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
-      sdpa_u32x4 key;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) key.x[k] = __shfl_sync(0xffffffffu, kp.x[k], 2 * ps + (t & 1));
-      const sdpa_u32x4 r = sdpa_dropout_bits_parts(p->seed, row_hi, row_lo, key);
+      const sdpa_u32x4 r =
+          sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t >> 1),
+                            (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
       uint32_t own = 0; /* bit f: key f of the block dropped */
 #pragma unroll
       for (int f = 0; f < 8; ++f)
@@ -59,7 +48,6 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
       const uint32_t mine = ((all >> (2 * t)) & 0x03030303u) << (2 * (ps & 3));
       dm[mt][ps >> 2] = (ps & 3) ? dm[mt][ps >> 2] | mine : mine;
     }
-  }
 }
 
 /* Zeroes (negate: flips the sign of, the probs pass's marking) the dropped

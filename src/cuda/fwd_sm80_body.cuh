@@ -346,7 +346,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     cp_async_commit();
 
     uint32_t dm[MT][DW];
-    if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, lane);
+    if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
     const int full = n0 >= kb.lo1 && n0 + BN <= kb.hi0;
@@ -422,7 +422,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
             s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], prm->exp_mul, -lse2[mt][e >> 1]));
       if (drop && prm->has_dropout) {
         uint32_t dm[MT][DW];
-        drop_mask(dm, p, &kb.rw, bh, n0, lane);
+        drop_mask(dm, p, &kb.rw, bh, n0, t);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll

@@ -193,7 +193,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
     wg_commit();
     uint32_t dm[MT][DW];
-    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, lane);
+    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
     if (lane == 0) mbar_arrive(bar_kempty(bars, s));
