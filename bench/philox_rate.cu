@@ -39,7 +39,7 @@ __global__ void mask_rows(unsigned long long seed, unsigned offset, unsigned thr
   for (int j8 = 0; j8 < j8_count; ++j8) {
     const sdpa_u32x4 r = sdpa_dropout_bits(seed, offset, bh, i, (unsigned)j8);
 #pragma unroll
-    for (int f = 0; f < 8; ++f) n += ((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) < threshold;
+    for (int f = 0; f < 8; ++f) n += sdpa_dropout_field(r, (unsigned)f) < threshold;
   }
   dropped[idx] = n;
 }

@@ -98,7 +98,7 @@ void sdpa_cpu_dropout_tile(const sdpa_problem *p, int64_t b, int64_t hh, int64_t
       sdpa_u32x4 bits = sdpa_dropout_bits(p->seed, p->offset, bh, i, j >> 3);
       /* fields j % 8 .. 7 of this block */
       for (uint32_t f = j & 7u; f < 8u && c < nj; ++f, ++c)
-        d[c] = (uint8_t)(((bits.x[f >> 1] >> (16u * (f & 1u))) & 0xffffu) < thr);
+        d[c] = (uint8_t)(sdpa_dropout_field(bits, f) < thr);
     }
   }
 }

@@ -125,7 +125,7 @@ __device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_
                                            (uint32_t)((j_lo >> 3) + hb));
 #pragma unroll
     for (int f = 0; f < 8; ++f)
-      bits |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) >= p->drop_threshold)
+      bits |= (uint32_t)(sdpa_dropout_field(r, (uint32_t)f) >= p->drop_threshold)
               << (8 * hb + f);
   }
   return bits;

@@ -41,7 +41,7 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
       uint32_t own = 0; /* bit f: key f of the block dropped */
 #pragma unroll
       for (int f = 0; f < 8; ++f)
-        own |= (uint32_t)(((r.x[f >> 1] >> (16 * (f & 1))) & 0xffffu) < thr) << f;
+        own |= (uint32_t)(sdpa_dropout_field(r, (uint32_t)f) < thr) << f;
       uint32_t all = own << (8 * t); /* byte c: call c */
       all |= __shfl_xor_sync(0xffffffffu, all, 1);
       all |= __shfl_xor_sync(0xffffffffu, all, 2);
