@@ -1,8 +1,8 @@
 /*
  * philox_rate.cu - how long the dropout mask alone takes on this GPU: every
- * Philox4x32-10 call of the contract's mask (philox.h, 8 elements a call)
+ * Philox4x32-10 call of the contract's mask (philox.h, 16 elements a call)
  * for the forward problems of `bench.py --dropout` (bf16, b 4, s 4096,
- * h * d = 2048), with the forward's field test (field < threshold), and no
+ * h * d = 2048), with the kernels' field test (sdpa_dropout_keep16), and no
  * attention work. It bounds what dropout can cost: the forward with dropout
  * cannot take less than the longer of this and the forward without it, and
  * takes their sum where the integer work does not overlap the tensor work.
@@ -28,18 +28,17 @@
     }                                                                             \
   } while (0)
 
-/* One thread a (batch * head, row): all s / 8 calls of the row. The dropped
- * count is written so that no call is dead code. */
+/* One thread a (batch * head, row): all s / 16 calls of the row. The
+ * dropped count is written so that no call is dead code. */
 __global__ void mask_rows(unsigned long long seed, unsigned offset, unsigned threshold, int rows,
-                          int bh_count, int j8_count, unsigned *dropped) {
+                          int bh_count, int j16_count, unsigned *dropped) {
   const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (long long)rows * bh_count) return;
   const unsigned bh = (unsigned)(idx / rows), i = (unsigned)(idx % rows);
   unsigned n = 0;
-  for (int j8 = 0; j8 < j8_count; ++j8) {
-    const sdpa_u32x4 r = sdpa_dropout_bits(seed, offset, bh, i, (unsigned)j8);
-#pragma unroll
-    for (int f = 0; f < 8; ++f) n += sdpa_dropout_field(r, (unsigned)f) < threshold;
+  for (int j16 = 0; j16 < j16_count; ++j16) {
+    const sdpa_u32x4 r = sdpa_dropout_bits(seed, offset, bh, i, (unsigned)j16);
+    n += 16u - (unsigned)__popc(sdpa_dropout_keep16(r, threshold));
   }
   dropped[idx] = n;
 }
@@ -50,7 +49,7 @@ int main(void) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
   const int b = 4, s = 4096, dims[3] = {64, 128, 256};
-  const unsigned threshold = 6554; /* round(0.1 * 65536) */
+  const unsigned threshold = 26; /* round(0.1 * 256) */
   printf("philox_rate: %d SMs, %.0f MHz (boost clock attribute)\n", sms, khz / 1e3);
   printf("%5s %12s %10s %22s %12s\n", "d", "calls", "ms", "IMAD.WIDE/clk/SM", "dropped");
   for (int k = 0; k < 3; ++k) {
@@ -65,7 +64,7 @@ int main(void) {
     for (int rep = -1; rep < 5; ++rep) { /* rep -1: warm-up */
       CHECK(cudaEventRecord(e0));
       mask_rows<<<(unsigned)((threads + 255) / 256), 256>>>(0x123456789abcdefull, 7u, threshold,
-                                                             rows, bhc, s / 8, dropped);
+                                                             rows, bhc, s / 16, dropped);
       CHECK(cudaEventRecord(e1));
       CHECK(cudaEventSynchronize(e1));
       CHECK(cudaGetLastError());
@@ -83,9 +82,9 @@ int main(void) {
     CHECK(cudaMemcpy(host, dropped, threads * sizeof(unsigned), cudaMemcpyDeviceToHost));
     double total = 0.0;
     for (long long x = 0; x < threads; ++x) total += host[x];
-    const double calls = (double)threads * (s / 8);
+    const double calls = (double)threads * (s / 16);
     const double rate = calls * 20.0 / (ms[2] * 1e-3) / sms / (khz * 1e3);
-    printf("%5d %12.0f %10.3f %22.1f %12.4f\n", dims[k], calls, ms[2], rate, total / (calls * 8));
+    printf("%5d %12.0f %10.3f %22.1f %12.4f\n", dims[k], calls, ms[2], rate, total / (calls * 16));
     free(host);
     CHECK(cudaFree(dropped));
     CHECK(cudaEventDestroy(e0));

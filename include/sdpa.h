@@ -40,10 +40,13 @@
  *
  * Dropout (bit-exact across backends, kernels, tilings):
  *   Philox4x32-10, key = (seed & 0xffffffff, seed >> 32),
- *   counter = (j / 8, i, batch * h + head, offset) with i, j indices inside the
- *   sequence. The 128-bit output x0..x3 holds eight 16-bit uniforms: field f is
- *   (x[f/2] >> (16 * (f % 2))) & 0xffff. Element j uses field j % 8 and is
- *   dropped iff that field < round(p * 65536).
+ *   counter = (j / 16, i, batch * h + head, offset) with i, j indices inside
+ *   the sequence. The 128-bit output x0..x3 holds sixteen 8-bit uniforms:
+ *   field f is (x[f/4] >> (8 * (f % 4))) & 0xff. Element j uses field j % 16
+ *   and is dropped iff that field < round(p * 256): the drop probability is p
+ *   rounded to a multiple of 1/256 (FlashAttention-2's 8-bit fields; the kept
+ *   ones are still scaled by 1/(1-p), as there), e.g. 26/256 = 0.1016 for
+ *   p = 0.1. One Philox call serves 16 elements.
  */
 #ifndef SDPA_H
 #define SDPA_H

@@ -83,7 +83,7 @@ typedef struct sdpa_problem {
 
   /* dropout */
   float dropout_p;       /* 0 = off */
-  uint32_t drop_threshold; /* round(p * 65536): field < threshold drops */
+  uint32_t drop_threshold; /* round(p * 256) in [0, 256]: 8-bit field < threshold drops */
   float drop_scale;      /* 1 / (1 - p) */
   uint64_t seed;
   uint32_t offset;

@@ -227,7 +227,7 @@ static sdpa_status check_attn_scalars(const sdpa_attn *a, sdpa_problem *p) {
   p->seed = a->dropout_seed;
   p->offset = (uint32_t)a->dropout_offset;
   if (a->dropout_p > 0.0f) {
-    p->drop_threshold = (uint32_t)lrint((double)a->dropout_p * 65536.0);
+    p->drop_threshold = (uint32_t)lrint((double)a->dropout_p * 256.0);
     p->drop_scale = (float)(1.0 / (1.0 - (double)a->dropout_p));
   } else {
     p->dropout_p = 0.0f;

@@ -154,7 +154,7 @@ static void fixture_init(fixture *f, const cfg *c) {
   }
   if (c->dropout > 0) {
     p->dropout_p = c->dropout;
-    p->drop_threshold = (uint32_t)llround(c->dropout * 65536.0);
+    p->drop_threshold = (uint32_t)llround(c->dropout * 256.0);
     p->drop_scale = 1.0f / (1.0f - c->dropout);
     p->seed = test_rng_u64(&rng);
     p->offset = (uint32_t)test_rng_u64(&rng);
@@ -424,6 +424,40 @@ static void test_uniform(void) {
   fixture_free(&f);
 }
 
+/* The kernels' sixteen-at-once field test (sdpa_dropout_keep16, bytes
+ * compared four to a word) against the field-by-field one, for every
+ * threshold 0 .. 256: random blocks, blocks of the bytes next to the
+ * threshold and of 0x00 / 0x7f / 0x80 / 0xff, where a borrow across bytes or a
+ * wrong high-bit rule would show. */
+static void test_keep16(void) {
+  int bad = 0, first_t = -1;
+  for (uint32_t t = 0; t <= 256; ++t)
+    for (int v = 0; v < 64; ++v) {
+      sdpa_u32x4 r;
+      for (int k = 0; k < 4; ++k) {
+        uint32_t w = (uint32_t)test_rng_u64(&rng);
+        if (v & 1) { /* bytes t - 1, t, t + 1 and the edges, shuffled by the random word */
+          static const uint32_t edge[4] = {0x00u, 0x7fu, 0x80u, 0xffu};
+          uint32_t x = 0;
+          for (int m = 0; m < 4; ++m) {
+            const uint32_t sel = (w >> (8 * m)) & 7u;
+            const uint32_t byte = sel < 3 ? ((t + sel - 1u) & 0xffu) : edge[sel & 3u];
+            x |= byte << (8 * m);
+          }
+          w = x;
+        }
+        r.x[k] = w;
+      }
+      const uint32_t keep = sdpa_dropout_keep16(r, t);
+      uint32_t want = 0;
+      for (uint32_t j = 0; j < 16; ++j)
+        want |= (uint32_t)(sdpa_dropout_field(r, j) >= t) << sdpa_keep16_pos(j);
+      if (keep != want && !bad++) first_t = (int)t;
+    }
+  TEST_EXPECT(bad == 0, "sdpa_dropout_keep16: %d of 257 x 64 blocks differ from the field test "
+              "(first at threshold %d)", bad, first_t);
+}
+
 /* Dropout: the oracle's mask equals philox.h's on every element, about p of the
  * elements drop, and probs carries exactly the dropped ones negated. */
 static void test_dropout_mask(void) {
@@ -434,7 +468,7 @@ static void test_dropout_mask(void) {
   int64_t n = p->b * p->h * p->s_q * p->s_k, dropped = 0, agree = 1, sign_ok = 1;
   double *probs = dalloc(n), *out = dalloc(p->b * p->s_q * p->h * p->d_v);
   ref_fwd(p, 0, out, NULL, probs);
-  uint32_t threshold = (uint32_t)llround(0.3f * 65536.0);
+  uint32_t threshold = (uint32_t)llround(0.3f * 256.0);
   for (int64_t b = 0; b < p->b; ++b)
     for (int64_t hh = 0; hh < p->h; ++hh)
       for (int64_t i = 0; i < p->s_q; ++i) {
@@ -691,6 +725,7 @@ int main(void) {
   test_masked_rows();
   test_uniform();
   test_dropout_mask();
+  test_keep16();
   test_lowp();
   test_cache(1, 1);
   test_cache(1, 0);

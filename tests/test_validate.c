@@ -216,7 +216,7 @@ static void test_valid(void) {
   d.attn.dropout_p = 0.25f;
   d.attn.dropout_offset = 0xffffffffu;
   d.attn.scale = 0.5f;
-  TEST_EXPECT(sdpa_validate_fwd(&d, &p) == SDPA_OK && p.drop_threshold == 16384 &&
+  TEST_EXPECT(sdpa_validate_fwd(&d, &p) == SDPA_OK && p.drop_threshold == 64 &&
                   fabsf(p.drop_scale - 4.0f / 3.0f) < 1e-6f && p.offset == 0xffffffffu &&
                   p.scale == 0.5f,
               "dropout constants %u %g", p.drop_threshold, p.drop_scale);

@@ -53,27 +53,58 @@ SDPA_HD sdpa_u32x4 sdpa_philox4x32_10(sdpa_u32x4 ctr, uint32_t k0, uint32_t k1) 
   return ctr;
 }
 
-/* The eight 16-bit uniforms for keys j0 = 8*(j/8) .. j0+7 of row i. */
+/* The sixteen 8-bit uniforms for keys j0 = 16*(j/16) .. j0+15 of row i.
+ * (Eight 16-bit ones a call until 2026-11-21: the forward with dropout ran at
+ * 0.45-0.63x of its p = 0 speed on the H200, the Philox chains being most of
+ * the difference; 8-bit fields, FlashAttention-2's, halve the calls. The
+ * cost: the drop probability is p rounded to a multiple of 1/256.) */
 SDPA_HD sdpa_u32x4 sdpa_dropout_bits(uint64_t seed, uint32_t offset, uint32_t bh, uint32_t i,
-                                     uint32_t j_over_8) {
+                                     uint32_t j_over_16) {
   sdpa_u32x4 c;
-  c.x[0] = j_over_8;
+  c.x[0] = j_over_16;
   c.x[1] = i;
   c.x[2] = bh;
   c.x[3] = offset;
   return sdpa_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
 }
 
-/* Field j % 8 of the block returned by sdpa_dropout_bits. */
+/* Field j % 16 of the block returned by sdpa_dropout_bits: byte j % 4 of word
+ * (j % 16) / 4 (the block's bytes in little-endian order). */
 SDPA_HD uint32_t sdpa_dropout_field(sdpa_u32x4 r, uint32_t j) {
-  uint32_t f = j & 7u;
-  return (r.x[f >> 1] >> (16u * (f & 1u))) & 0xffffu;
+  uint32_t f = j & 15u;
+  return (r.x[f >> 2] >> (8u * (f & 3u))) & 0xffu;
 }
+
+/* The keep bits of a whole block, four fields a word at once (the kernels'
+ * form; the CPU and the oracle test field by field): bit
+ * sdpa_keep16_pos(j) of the result is 1 iff field j % 16 >= threshold, for
+ * any threshold in [0, 256]. Per byte b of a word and t = threshold: the
+ * high bit of (b | 0x80) - (t & 0x7f) says low7(b) >= low7(t) with no borrow
+ * across bytes, and one logic op with t's high bit makes it b >= t; t = 256
+ * takes low7 0x80, which clears every byte's high bit (nothing kept). Word k's
+ * verdict on its byte m lands on bit 8m + k: ~5 integer ops a word where the
+ * field-by-field test takes ~3 a field. */
+SDPA_HD uint32_t sdpa_dropout_keep16(sdpa_u32x4 r, uint32_t threshold) {
+  const uint32_t hi = 0x80808080u;
+  const uint32_t lo7 = (threshold >= 256u ? 0x80u : (threshold & 0x7fu)) * 0x01010101u;
+  const uint32_t t7 = threshold >= 128u ? hi : 0u;
+  uint32_t keep = 0;
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t w = r.x[k];
+    const uint32_t lo_ge = (w | hi) - lo7;
+    const uint32_t ge = ((w & ~t7) | (~(w ^ t7) & lo_ge)) & hi;
+    keep |= ge >> (7 - k);
+  }
+  return keep;
+}
+
+/* Where sdpa_dropout_keep16 puts key j of the block (j in [0, 16)). */
+SDPA_HD uint32_t sdpa_keep16_pos(uint32_t j) { return 8u * (j & 3u) + ((j >> 2) & 3u); }
 
 /* 1 if element (bh = batch*h + head, i, j) is dropped. */
 SDPA_HD int sdpa_dropped(uint64_t seed, uint32_t offset, uint32_t threshold, uint32_t bh,
                          uint32_t i, uint32_t j) {
-  return sdpa_dropout_field(sdpa_dropout_bits(seed, offset, bh, i, j >> 3), j) < threshold;
+  return sdpa_dropout_field(sdpa_dropout_bits(seed, offset, bh, i, j >> 4), j) < threshold;
 }
 
 #endif /* SDPA_PHILOX_H */

@@ -95,9 +95,9 @@ void sdpa_cpu_dropout_tile(const sdpa_problem *p, int64_t b, int64_t hh, int64_t
     int64_t c = 0;
     while (c < nj) {
       const uint32_t j = (uint32_t)(j0 + c);
-      sdpa_u32x4 bits = sdpa_dropout_bits(p->seed, p->offset, bh, i, j >> 3);
-      /* fields j % 8 .. 7 of this block */
-      for (uint32_t f = j & 7u; f < 8u && c < nj; ++f, ++c)
+      sdpa_u32x4 bits = sdpa_dropout_bits(p->seed, p->offset, bh, i, j >> 4);
+      /* fields j % 16 .. 15 of this block */
+      for (uint32_t f = j & 15u; f < 16u && c < nj; ++f, ++c)
         d[c] = (uint8_t)(sdpa_dropout_field(bits, f) < thr);
     }
   }

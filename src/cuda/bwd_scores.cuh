@@ -93,7 +93,9 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const i
       if (mask && (dj < -prm->wl || dj > prm->wr || j >= sk || i >= sq)) pr = 0.f;
       float dpv = sp[nq][e], pk = pr;
       if (drop) {
-        const float keep = (kb[e & 1] >> (g + 8 * (e >> 1))) & 1u ? prm->drop_scale : 0.f;
+        const float keep =
+            (kb[e & 1] >> sdpa_keep16_pos((uint32_t)(g + 8 * (e >> 1)))) & 1u ? prm->drop_scale
+                                                                                : 0.f;
         dpv *= keep;
         pk *= keep;
       }
@@ -108,27 +110,20 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const i
   }
 }
 
-/* Dropout keep bits of one sub-step, one Philox call per (query, 8-key block)
- * for the whole warp: lane L evaluates query q0 + L against the warp's two
- * 8-key blocks (keys j_lo .. j_lo + 15, j_lo a multiple of 16) and returns
- * bit f (f < 8) / 8 + f: key j_lo + f / j_lo + 8 + f is kept. Element
- * (query q0 + c, key row r) then reads bit r of lane c's word by a shuffle:
- * 2 calls a lane instead of one a element (each call gives eight fields).
- * Made before the sub-step's S / dP products: its temporaries are dead by the
- * time the scores take their registers. */
+/* Dropout keep bits of one sub-step, one Philox call per (query, 16-key
+ * block) for the whole warp: lane L evaluates query q0 + L against keys
+ * j_lo .. j_lo + 15 (j_lo a multiple of 16) and returns
+ * sdpa_dropout_keep16's word: key j_lo + r is kept iff bit
+ * sdpa_keep16_pos(r) is set. Element (query q0 + c, key row r) then reads
+ * that bit of lane c's word by a shuffle: one call a lane instead of one an
+ * element (each call gives sixteen fields). Made before the sub-step's S / dP
+ * products: its temporaries are dead by the time the scores take their
+ * registers. */
 __device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_t bh, int q0,
                                                   int j_lo, int lane) {
-  uint32_t bits = 0;
-#pragma unroll
-  for (int hb = 0; hb < 2; ++hb) {
-    const sdpa_u32x4 r = sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(q0 + lane),
-                                           (uint32_t)((j_lo >> 3) + hb));
-#pragma unroll
-    for (int f = 0; f < 8; ++f)
-      bits |= (uint32_t)(sdpa_dropout_field(r, (uint32_t)f) >= p->drop_threshold)
-              << (8 * hb + f);
-  }
-  return bits;
+  return sdpa_dropout_keep16(
+      sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)(q0 + lane), (uint32_t)(j_lo >> 4)),
+      p->drop_threshold);
 }
 
 /* bwd_p_ds for the plain (feat 0) and score-feature (feat 1) kernels, feat

@@ -14,39 +14,43 @@
 #include "../common/philox.h"
 #include "fwd_sm80_common.cuh"
 
-/* Dropout bits of the tile at key n0. In the m16n8 layout the four lanes of
- * a quad share a row and an 8-key block: for n8 tiles (2 ps, 2 ps + 1) of
- * m16 tile mt the quad needs four Philox calls, rows (r, r + 8) x the two
- * blocks, and lane t needs fields 2t, 2t + 1 of each. So lane t evaluates
- * call c = t only (hf = c >> 1, n8 tile 2 ps + (c & 1)) as eight drop bits,
- * the quad gathers the four bytes by two shuffles, and lane t keeps bits
- * 2t, 2t + 1 of each: one call a lane instead of four (2026-11-21: the
- * four-fold redundant form ran at 0.22x-0.39x of the p = 0 speed). Bit
- * 8c + 2 (ps & 3) + e of dm[mt][ps / 4] drops key 2t + e of call c. The
- * calls depend on no score, so the main loop makes a tile's before its
- * Q K^T, where the integer work can issue beside the tensor cores (the
- * probs pass after it: registers). */
-enum { DW = (PS + 3) / 4 }; /* drop-bit words per m16 tile */
+/* Keep bits of the tile at key n0. In the m16n8 layout the four lanes of a
+ * quad share a row and an 8-key block: for the k16 steps (2 pp, 2 pp + 1) of
+ * m16 tile mt the quad needs four Philox calls (16 keys a call), rows (r,
+ * r + 8) x the two steps. So lane t makes call (row half t & 1, step 2 pp +
+ * (t >> 1)) as sixteen keep bits (sdpa_dropout_keep16: key 4k + m of the
+ * step at bit 8m + k), the quad gathers them by two shuffles (row half hf
+ * into nibble hf of each byte), and lane t keeps the 16 bits of its
+ * elements: one call a lane for 16 of its elements (2026-11-21: the
+ * four-fold redundant form with 16-bit fields ran at 0.22x-0.39x of the
+ * p = 0 speed). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
+ * kept iff bit 16 ((ps >> 1) & 1) + 8e + 4hf + 2 n8 + (ps & 1) of
+ * dm[mt][ps / 4] is set. The calls depend on no score, so the main loop
+ * makes a tile's before its Q K^T, where the integer work can issue beside
+ * the tensor cores (the probs pass after it: registers). */
+enum { DW = (PS + 3) / 4 }; /* keep-bit words per m16 tile */
+static_assert(PS % 2 == 0, "the lanes of a quad split k16 steps in pairs");
 
 __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
                                           const fwd_rows *rw, uint32_t bh, int n0, int t) {
   const uint32_t thr = p->drop_threshold;
+  /* lane t's element (hf, n8, e) of a step is key 8 n8 + 2t + e = 4k + m of
+   * it (k = 2 n8 + (t >> 1), m = 2 (t & 1) + e): bit 8m + 4hf + k of the
+   * gathered word, i.e. bit 8e + 4hf + 2 n8 of the word shifted by sh. */
+  const int sh = 16 * (t & 1) + (t >> 1);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int ps = 0; ps < PS; ++ps) {
+    for (int pp = 0; pp < PS / 2; ++pp) {
       const sdpa_u32x4 r =
-          sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t >> 1),
-                            (uint32_t)((n0 >> 3) + 2 * ps + (t & 1)));
-      uint32_t own = 0; /* bit f: key f of the block dropped */
-#pragma unroll
-      for (int f = 0; f < 8; ++f)
-        own |= (uint32_t)(sdpa_dropout_field(r, (uint32_t)f) < thr) << f;
-      uint32_t all = own << (8 * t); /* byte c: call c */
-      all |= __shfl_xor_sync(0xffffffffu, all, 1);
-      all |= __shfl_xor_sync(0xffffffffu, all, 2);
-      const uint32_t mine = ((all >> (2 * t)) & 0x03030303u) << (2 * (ps & 3));
-      dm[mt][ps >> 2] = (ps & 3) ? dm[mt][ps >> 2] | mine : mine;
+          sdpa_dropout_bits(p->seed, p->offset, bh, (uint32_t)row_i(rw, mt, t & 1),
+                            (uint32_t)((n0 >> 4) + 2 * pp + (t >> 1)));
+      uint32_t x = sdpa_dropout_keep16(r, thr) << (4 * (t & 1));
+      x |= __shfl_xor_sync(0xffffffffu, x, 1);                 /* both halves of my step */
+      const uint32_t y = __shfl_xor_sync(0xffffffffu, x, 2);   /* the other step */
+      const uint32_t w0 = (t >> 1) ? y : x, w1 = (t >> 1) ? x : y; /* steps 2 pp, 2 pp + 1 */
+      const uint32_t mine = ((w0 >> sh) & 0x5555u) | (((w1 >> sh) & 0x5555u) << 1);
+      dm[mt][pp >> 1] = (pp & 1) ? dm[mt][pp >> 1] | (mine << 16) : mine;
     }
 }
 
@@ -55,13 +59,16 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
 __device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,
                                            int ps, int negate) {
 #pragma unroll
-  for (int c = 0; c < 4; ++c)
+  for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float *x = &s[mt][2 * ps + (c & 1)][2 * (c >> 1) + e];
-      const int dropped = (dm[mt][ps >> 2] >> (8 * c + 2 * (ps & 3) + e)) & 1u;
-      *x = dropped ? (negate ? -*x : 0.f) : *x;
-    }
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float *x = &s[mt][2 * ps + n8][2 * hf + e];
+        const int bit = 16 * ((ps >> 1) & 1) + 8 * e + 4 * hf + 2 * n8 + (ps & 1);
+        const int kept = (dm[mt][ps >> 2] >> bit) & 1u;
+        *x = kept ? *x : (negate ? -*x : 0.f);
+      }
 }
 
 #endif /* SDPA_FWD_DROPOUT_CUH */

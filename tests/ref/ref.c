@@ -105,15 +105,15 @@ void ref_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t ou
 
 int ref_dropped(const sdpa_problem *p, int64_t batch, int64_t head, int64_t i, int64_t j) {
   if (!(p->dropout_p > 0.0f)) return 0;
-  /* dropped iff the 16-bit uniform < round(p * 65536) */
-  uint32_t threshold = (uint32_t)llround((double)p->dropout_p * 65536.0);
+  /* dropped iff the 8-bit uniform < round(p * 256) */
+  uint32_t threshold = (uint32_t)llround((double)p->dropout_p * 256.0);
   uint32_t key[2] = {(uint32_t)(p->seed & 0xffffffffu), (uint32_t)(p->seed >> 32)};
-  uint32_t ctr[4] = {(uint32_t)(j / 8), (uint32_t)i, (uint32_t)(batch * p->h + head), p->offset};
+  uint32_t ctr[4] = {(uint32_t)(j / 16), (uint32_t)i, (uint32_t)(batch * p->h + head), p->offset};
   uint32_t x[4];
   ref_philox4x32_10(ctr, key, x);
-  int field = (int)(j % 8);
-  uint32_t u16 = (x[field / 2] >> (16 * (field % 2))) & 0xffffu;
-  return u16 < threshold;
+  int field = (int)(j % 16);
+  uint32_t u8 = (x[field / 4] >> (8 * (field % 4))) & 0xffu;
+  return u8 < threshold;
 }
 
 /* ---- per-sequence geometry ---------------------------------------------------- */
