@@ -93,7 +93,7 @@ SDPA_HD uint32_t sdpa_dropout_keep16(sdpa_u32x4 r, uint32_t threshold) {
     const uint32_t w = r.x[k];
     const uint32_t lo_ge = (w | hi) - lo7;
     const uint32_t ge = ((w & ~t7) | (~(w ^ t7) & lo_ge)) & hi;
-    keep |= ge >> (7 - k);
+    keep += ge >> (7 - k); /* disjoint bits: + lets the shift and the sum be one LEA.HI */
   }
   return keep;
 }

@@ -25,7 +25,8 @@
  * four-fold redundant form with 16-bit fields ran at 0.22x-0.39x of the
  * p = 0 speed). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
  * kept iff bit 16 ((ps >> 1) & 1) + 8e + 4hf + 2 n8 + (ps & 1) of
- * dm[mt][ps / 4] is set. The calls depend on no score, so the main loop
+ * dm[mt][ps / 4] is set (drop_packed applies them to P V's operand,
+ * drop_negate marks probs). The calls depend on no score, so the main loop
  * makes a tile's before its Q K^T, where the integer work can issue beside
  * the tensor cores (the probs pass after it: registers). */
 enum { DW = (PS + 3) / 4 }; /* keep-bit words per m16 tile */
@@ -54,10 +55,10 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
     }
 }
 
-/* Zeroes (negate: flips the sign of, the probs pass's marking) the dropped
- * elements of n8 tiles (2 ps, 2 ps + 1) of m16 tile mt: a select on P. */
-__device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,
-                                           int ps, int negate) {
+/* Flips the sign of the dropped elements of n8 tiles (2 ps, 2 ps + 1) of m16
+ * tile mt (the probs pass's marking; the P V operand takes drop_packed). */
+__device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*dm)[DW], int mt,
+                                            int ps) {
 #pragma unroll
   for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
@@ -66,9 +67,29 @@ __device__ __forceinline__ void drop_apply(float (*s)[NT][4], const uint32_t (*d
       for (int e = 0; e < 2; ++e) {
         float *x = &s[mt][2 * ps + n8][2 * hf + e];
         const int bit = 16 * ((ps >> 1) & 1) + 8 * e + 4 * hf + 2 * n8 + (ps & 1);
-        const int kept = (dm[mt][ps >> 2] >> bit) & 1u;
-        *x = kept ? *x : (negate ? -*x : 0.f);
+        *x = (dm[mt][ps >> 2] >> bit) & 1u ? *x : -*x;
       }
+}
+
+/* Zeroes the dropped elements of P V's A fragment a of step ps (pack_a_frag's
+ * order: a[2 n8 + hf] holds elements e = 0, 1 of (n8, hf) in its low, high
+ * half), two at a time: the word shifted so that their keep bits (8 apart)
+ * land on bits 7 and 15 (or 23 and 31: ps's half of the word), one byte
+ * permute with sign replication turns them into 0x0000 / 0xffff halves, an
+ * AND applies them. 2.5 instructions a pair where a bit test and a select an
+ * element took 4 (SASS of the d = 64 drop kernel, 2026-11-21: 16 LOP3 + 16
+ * FSEL a Philox call of 16 elements). */
+__device__ __forceinline__ void drop_packed(uint32_t *a, const uint32_t *dmw, int ps) {
+  const uint32_t sel = ((ps >> 1) & 1) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */
+#pragma unroll
+  for (int n8 = 0; n8 < 2; ++n8)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const uint32_t x = dmw[ps >> 2] << (7 - (4 * hf + 2 * n8 + (ps & 1)));
+      uint32_t m;
+      asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(x), "r"(sel));
+      a[2 * n8 + hf] &= m;
+    }
 }
 
 #endif /* SDPA_FWD_DROPOUT_CUH */

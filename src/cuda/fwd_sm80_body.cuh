@@ -358,8 +358,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int ps = 0; ps < PS; ++ps) {
-        if (drop && prm->has_dropout) drop_apply(s, dm, mt, ps, 0);
         pack_a_frag(pa[mt][ps], s[mt] + 2 * ps, SDPA_FWD_IS_BF16);
+        if (drop && prm->has_dropout) drop_packed(pa[mt][ps], dm[mt], ps);
       }
 
     cp_async_wait_all(); /* V tile n landed */
@@ -426,7 +426,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int ps = 0; ps < PS; ++ps) drop_apply(s, dm, mt, ps, 1);
+          for (int ps = 0; ps < PS; ++ps) drop_negate(s, dm, mt, ps);
       }
       unsigned char *pb = (unsigned char *)p->probs;
       const int fsz = p->probs_dtype == SDPA_DTYPE_F32 ? 4 : 2;

@@ -205,8 +205,8 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     uint32_t pa[PS][4];
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
-      if (drop) drop_apply(sc, dm, 0, ps, 0);
       pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
+      if (drop) drop_packed(pa[ps], dm[0], ps);
     }
 
     mbar_wait(bar_vfull(bars, s), ph);
