@@ -210,7 +210,10 @@ typedef struct sdpa_fwd_desc {
   int num_splits;           /* split-KV: 0 = automatic, 1 = no split, n = force n */
 
   void *workspace;          /* optional; see sdpa_fwd_workspace_size. NULL: the
-                               library allocates stream-ordered on attn.stream */
+                               library allocates stream-ordered on attn.stream;
+                               given, workspace_size (0 allowed) must cover the
+                               query's answer. A refused call writes nothing,
+                               the KV cache append included. */
   size_t workspace_size;
 } sdpa_fwd_desc;
 

@@ -174,10 +174,10 @@ static sdpa_status check_device(sdpa_device dev, const char *name) {
   return SDPA_OK;
 }
 
+/* A pointer with size 0 is valid: the workspace query's answer passed as it
+ * is, e.g. a caller's scratch arena with the 0 bytes a problem needs (a
+ * problem that needs more gets "expected at least N bytes" where it runs). */
 static sdpa_status check_workspace(const void *ws, size_t size, const char *pre) {
-  if (ws && size == 0)
-    return sdpa_fail(INV, "%sworkspace_size = 0 with %sworkspace = %p: expected a size > 0 for a"
-                     " given workspace (or workspace = NULL)", pre, pre, ws);
   if (!ws && size > 0)
     return sdpa_fail(INV, "%sworkspace = NULL with %sworkspace_size = %zu: expected a pointer"
                      " (or workspace_size = 0)", pre, pre, size);

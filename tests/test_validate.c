@@ -329,9 +329,11 @@ static void test_desc(void) {
   d = fwd_dense();
   d.workspace_size = 128;
   FWD_ERR(d, INV, "workspace = NULL", "128");
-  d = fwd_dense();
+  d = fwd_dense(); /* a workspace of 0 bytes: the query's answer for this problem, valid */
   d.workspace = fpool;
-  FWD_ERR(d, INV, "workspace_size = 0");
+  sdpa_problem p;
+  TEST_EXPECT(sdpa_validate_fwd(&d, &p) == SDPA_OK && p.workspace == fpool && p.workspace_size == 0,
+              "a workspace with workspace_size = 0 refused: %s", sdpa_last_error());
   bd = bwd_dense();
   bd.workspace_size = 64;
   BWD_ERR(bd, INV, "workspace = NULL", "64");

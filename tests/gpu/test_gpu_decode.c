@@ -346,11 +346,23 @@ static void run_case_mode(const dcase *c, int graph) {
     size_t bytes = 0;
     TEST_EXPECT(sdpa_fwd_workspace_size(&f.dev, &bytes) == SDPA_OK, "%s: workspace size: %s",
                 c->name, sdpa_last_error());
-    if (bytes) {
-      CUDA_OK(cudaMalloc(&ws, bytes));
-      f.dev.workspace = ws;
-      f.dev.workspace_size = bytes;
+    /* the answer passed as it is, 0 included, with a pointer (a caller's arena) */
+    CUDA_OK(cudaMalloc(&ws, bytes > 0 ? bytes : 16));
+    f.dev.workspace = ws;
+    if (bytes > 0 && c->s_new > 0) {
+      /* one byte short: an error naming the size, and the cache untouched
+       * (the append runs only after every check) */
+      f.dev.workspace_size = bytes - 1;
+      TEST_EXPECT_ERROR(sdpa_fwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size",
+                        "expected at least");
+      CUDA_OK(cudaDeviceSynchronize());
+      sdpa_tensor gk = alloc_rows(c, f.h[T_KC].shape);
+      download(&gk, &f.d[T_KC]);
+      snprintf(what, sizeof what, "%s k cache after the refused call", c->name);
+      test_check_equal(what, &gk, &f.h[T_KC]);
+      test_free(&gk);
     }
+    f.dev.workspace_size = bytes;
     printf("  workspace %zu bytes\n", bytes);
   }
   sdpa_status st = run_dev(&f.dev, graph);
@@ -717,6 +729,8 @@ int main(int argc, char **argv) {
   c.rotary_dim = 32;
   c.splits = 4;
   run_case_mode(&c, 1);
+  run_case_mode(&c, 2);
+  c.splits = 1; /* no workspace needed: a pointer with workspace_size = 0 */
   run_case_mode(&c, 2);
   /* merge_states */
   run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 4, 7, 3, 64);
