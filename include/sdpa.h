@@ -212,8 +212,8 @@ typedef struct sdpa_fwd_desc {
   void *workspace;          /* optional; see sdpa_fwd_workspace_size. NULL: the
                                library allocates stream-ordered on attn.stream;
                                given, workspace_size (0 allowed) must cover the
-                               query's answer. A refused call writes nothing,
-                               the KV cache append included. */
+                               query's answer. A call refused for its arguments
+                               writes nothing, the KV cache append included. */
   size_t workspace_size;
 } sdpa_fwd_desc;
 
