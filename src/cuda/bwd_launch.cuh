@@ -145,12 +145,12 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   const sdpa_problem *p = &prm->p;
   cudaStream_t stream = (cudaStream_t)p->stream;
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
+  const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout; /* the score features */
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
   if (nkb > 0) {
     const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm->nsplit : nkb),
                     (unsigned)p->h_k, (unsigned)p->b);
-    const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
     const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
@@ -158,7 +158,6 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_pa
   if (p->deterministic) { /* dQ by its own kernel, in the input dtype: no post */
     if (p->s_q > 0) {
       const dim3 qgrid((unsigned)((p->s_q + BM - 1) / BM), (unsigned)p->h, (unsigned)p->b);
-      const int feat = prm->has_softcap || prm->has_alibi || prm->has_dropout;
       SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[feat]<<<qgrid, NTHREADS, DQ_SMEM_BYTES, stream>>>(*prm);
     }
   } else

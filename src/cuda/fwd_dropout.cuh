@@ -24,13 +24,19 @@
  * elements: one call a lane for 16 of its elements (2026-11-21: the
  * four-fold redundant form with 16-bit fields ran at 0.22x-0.39x of the
  * p = 0 speed). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
- * kept iff bit 16 ((ps >> 1) & 1) + 8e + 4hf + 2 n8 + (ps & 1) of
- * dm[mt][ps / 4] is set (drop_packed applies them to P V's operand,
- * drop_negate marks probs). The calls depend on no score, so the main loop
+ * kept iff bit keep_bit(ps, n8, hf, e) of dm[mt][ps / 4] is set
+ * (drop_packed applies them to P V's operand, drop_negate marks probs). The calls depend on no score, so the main loop
  * makes a tile's before its Q K^T, where the integer work can issue beside
  * the tensor cores (the probs pass after it: registers). */
 enum { DW = (PS + 3) / 4 }; /* keep-bit words per m16 tile */
 static_assert(PS % 2 == 0, "the lanes of a quad split k16 steps in pairs");
+
+/* The keep bit of element (n8, hf, e) of step ps in word dm[mt][ps / 4]: the
+ * one statement of the layout drop_mask writes and drop_negate / drop_packed
+ * read (e = 1 is e = 0's bit + 8). */
+__device__ __forceinline__ int keep_bit(int ps, int n8, int hf, int e) {
+  return 16 * ((ps >> 1) & 1) + 8 * e + 4 * hf + 2 * n8 + (ps & 1);
+}
 
 __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem *p,
                                           const fwd_rows *rw, uint32_t bh, int n0, int t) {
@@ -50,6 +56,7 @@ __device__ __forceinline__ void drop_mask(uint32_t (*dm)[DW], const sdpa_problem
       x |= __shfl_xor_sync(0xffffffffu, x, 1);                 /* both halves of my step */
       const uint32_t y = __shfl_xor_sync(0xffffffffu, x, 2);   /* the other step */
       const uint32_t w0 = (t >> 1) ? y : x, w1 = (t >> 1) ? x : y; /* steps 2 pp, 2 pp + 1 */
+      /* keep_bit's layout: bit 8e + 4hf + 2 n8 + (ps & 1), a half word per pp */
       const uint32_t mine = ((w0 >> sh) & 0x5555u) | (((w1 >> sh) & 0x5555u) << 1);
       dm[mt][pp >> 1] = (pp & 1) ? dm[mt][pp >> 1] | (mine << 16) : mine;
     }
@@ -66,8 +73,7 @@ __device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float *x = &s[mt][2 * ps + n8][2 * hf + e];
-        const int bit = 16 * ((ps >> 1) & 1) + 8 * e + 4 * hf + 2 * n8 + (ps & 1);
-        *x = (dm[mt][ps >> 2] >> bit) & 1u ? *x : -*x;
+        *x = (dm[mt][ps >> 2] >> keep_bit(ps, n8, hf, e)) & 1u ? *x : -*x;
       }
 }
 
@@ -80,12 +86,13 @@ __device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*
  * element took 4 (SASS of the d = 64 drop kernel, 2026-11-21: 16 LOP3 + 16
  * FSEL a Philox call of 16 elements). */
 __device__ __forceinline__ void drop_packed(uint32_t *a, const uint32_t *dmw, int ps) {
-  const uint32_t sel = ((ps >> 1) & 1) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */
 #pragma unroll
   for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const uint32_t x = dmw[ps >> 2] << (7 - (4 * hf + 2 * n8 + (ps & 1)));
+      const int b0 = keep_bit(ps, n8, hf, 0); /* e = 1's: b0 + 8, in the same half word */
+      const uint32_t x = dmw[ps >> 2] << (7 - (b0 & 7));
+      const uint32_t sel = (b0 >> 4) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */
       uint32_t m;
       asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(x), "r"(sel));
       a[2 * n8 + hf] &= m;
