@@ -424,13 +424,14 @@ static void test_uniform(void) {
   fixture_free(&f);
 }
 
-/* The kernels' sixteen-at-once field test (sdpa_dropout_keep16, bytes
+/* The kernels' sixteen-at-once field tests (sdpa_dropout_keep_bytes: bit 7
+ * of each byte; sdpa_dropout_keep16: those bits gathered in one word, bytes
  * compared four to a word) against the field-by-field one, for every
  * threshold 0 .. 256: random blocks, blocks of the bytes next to the
  * threshold and of 0x00 / 0x7f / 0x80 / 0xff, where a borrow across bytes or a
  * wrong high-bit rule would show. */
 static void test_keep16(void) {
-  int bad = 0, first_t = -1;
+  int bad = 0, first_t = -1, bad_bytes = 0, first_tb = -1;
   for (uint32_t t = 0; t <= 256; ++t)
     for (int v = 0; v < 64; ++v) {
       sdpa_u32x4 r;
@@ -449,13 +450,21 @@ static void test_keep16(void) {
         r.x[k] = w;
       }
       const uint32_t keep = sdpa_dropout_keep16(r, t);
+      const sdpa_u32x4 kb = sdpa_dropout_keep_bytes(r, t);
       uint32_t want = 0;
-      for (uint32_t j = 0; j < 16; ++j)
-        want |= (uint32_t)(sdpa_dropout_field(r, j) >= t) << sdpa_keep16_pos(j);
+      int bytes_ok = 1;
+      for (uint32_t j = 0; j < 16; ++j) {
+        const uint32_t kept = sdpa_dropout_field(r, j) >= t;
+        want |= kept << sdpa_keep16_pos(j);
+        bytes_ok &= ((kb.x[j / 4] >> (8 * (j % 4) + 7)) & 1u) == kept;
+      }
       if (keep != want && !bad++) first_t = (int)t;
+      if (!bytes_ok && !bad_bytes++) first_tb = (int)t;
     }
   TEST_EXPECT(bad == 0, "sdpa_dropout_keep16: %d of 257 x 64 blocks differ from the field test "
               "(first at threshold %d)", bad, first_t);
+  TEST_EXPECT(bad_bytes == 0, "sdpa_dropout_keep_bytes: %d of 257 x 64 blocks differ from the "
+              "field test (first at threshold %d)", bad_bytes, first_tb);
 }
 
 /* Dropout: the oracle's mask equals philox.h's on every element, about p of the

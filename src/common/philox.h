@@ -75,26 +75,36 @@ SDPA_HD uint32_t sdpa_dropout_field(sdpa_u32x4 r, uint32_t j) {
   return (r.x[f >> 2] >> (8u * (f & 3u))) & 0xffu;
 }
 
-/* The keep bits of a whole block, four fields a word at once (the kernels'
- * form; the CPU and the oracle test field by field): bit
- * sdpa_keep16_pos(j) of the result is 1 iff field j % 16 >= threshold, for
- * any threshold in [0, 256]. Per byte b of a word and t = threshold: the
- * high bit of (b | 0x80) - (t & 0x7f) says low7(b) >= low7(t) with no borrow
- * across bytes, and one logic op with t's high bit makes it b >= t; t = 256
- * takes low7 0x80, which clears every byte's high bit (nothing kept). Word k's
- * verdict on its byte m lands on bit 8m + k: ~5 integer ops a word where the
- * field-by-field test takes ~3 a field. */
-SDPA_HD uint32_t sdpa_dropout_keep16(sdpa_u32x4 r, uint32_t threshold) {
+/* The keep verdicts of a block, byte for byte (the Hopper forward's form: a
+ * byte permute with sign replication turns a byte into a 16-bit mask): bit 7
+ * of byte m of word k is 1 iff field 4k + m >= threshold, for any threshold
+ * in [0, 256]; the other bits are not specified. Per byte b of a word and t =
+ * threshold: bit 7 of (b | 0x80) - (t & 0x7f) says low7(b) >= low7(t) with
+ * no borrow across bytes, and one three-input logic op with t's high bit
+ * makes it b >= t; t = 256 takes low7 0x80, which clears every byte's bit 7
+ * (nothing kept). Three integer ops a word. */
+SDPA_HD sdpa_u32x4 sdpa_dropout_keep_bytes(sdpa_u32x4 r, uint32_t threshold) {
   const uint32_t hi = 0x80808080u;
   const uint32_t lo7 = (threshold >= 256u ? 0x80u : (threshold & 0x7fu)) * 0x01010101u;
   const uint32_t t7 = threshold >= 128u ? hi : 0u;
-  uint32_t keep = 0;
+  sdpa_u32x4 keep;
   for (int k = 0; k < 4; ++k) {
     const uint32_t w = r.x[k];
     const uint32_t lo_ge = (w | hi) - lo7;
-    const uint32_t ge = ((w & ~t7) | (~(w ^ t7) & lo_ge)) & hi;
-    keep += ge >> (7 - k); /* disjoint bits: + lets the shift and the sum be one LEA.HI */
+    keep.x[k] = (w & ~t7) | (~(w ^ t7) & lo_ge);
   }
+  return keep;
+}
+
+/* The keep bits of a whole block in one word (the mma.sync forwards' and the
+ * backwards' form; the CPU and the oracle test field by field): bit
+ * sdpa_keep16_pos(j) of the result is 1 iff field j % 16 >= threshold. Word
+ * k's verdict on its byte m lands on bit 8m + k. */
+SDPA_HD uint32_t sdpa_dropout_keep16(sdpa_u32x4 r, uint32_t threshold) {
+  const sdpa_u32x4 kb = sdpa_dropout_keep_bytes(r, threshold);
+  uint32_t keep = 0;
+  for (int k = 0; k < 4; ++k) /* disjoint bits: + lets the shift and the sum be one LEA.HI */
+    keep += (kb.x[k] & 0x80808080u) >> (7 - k);
   return keep;
 }
 

@@ -1,7 +1,8 @@
 /*
  * fwd_dropout.cuh - dropout in the forwards whose score tiles are in the
  * m16n8 accumulator layout (fwd_sm80_body.cuh: mma.sync; fwd_sm90_body.cuh:
- * wgmma, the same layout per warp): each tile's keep bits from Philox
+ * wgmma, the same layout per warp, with key tiles of 64; with tiles of 128
+ * its producer makes the bits, fwd_sm90_dropout.cuh): each tile's keep bits from Philox
  * (philox.h, the contract's mask), and their application to P. A body
  * includes it after fwd_softmax.cuh; it reads MT (m16 tiles per warp) and
  * PS (k16 steps of P V: key pairs of n8 tiles).
@@ -77,26 +78,34 @@ __device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*
       }
 }
 
-/* Zeroes the dropped elements of P V's A fragment a of step ps (pack_a_frag's
- * order: a[2 n8 + hf] holds elements e = 0, 1 of (n8, hf) in its low, high
- * half), two at a time: the word shifted so that their keep bits (8 apart)
- * land on bits 7 and 15 (or 23 and 31: ps's half of the word), one byte
- * permute with sign replication turns them into 0x0000 / 0xffff halves, an
- * AND applies them. 2.5 instructions a pair where a bit test and a select an
+/* Bytes sel selects of w, each sign-replicated (prmt's mode): a byte whose
+ * bit 7 says "kept" becomes 0xff / 0x00. sel 0x9988: bytes 0, 1 into the low,
+ * high half; 0xbbaa: bytes 2, 3. */
+__device__ __forceinline__ uint32_t drop_bytes(uint32_t w, uint32_t sel) {
+  uint32_t m;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(w), "r"(sel));
+  return m;
+}
+
+/* Zeroes the dropped ones of the two elements in the packed word *a (low
+ * half e = 0, high half e = 1) whose keep bits are bits b0 and b0 + 8 of w,
+ * both in the same half word: w shifted so that they land on bits 7 and 15
+ * (or 23 and 31), drop_bytes turns them into 0x0000 / 0xffff halves, an AND
+ * applies them. 2.5 instructions a pair where a bit test and a select an
  * element took 4 (SASS of the d = 64 drop kernel, 2026-11-21: 16 LOP3 + 16
  * FSEL a Philox call of 16 elements). */
+__device__ __forceinline__ void drop_pair(uint32_t *a, uint32_t w, int b0) {
+  *a &= drop_bytes(w << (7 - (b0 & 7)), (b0 >> 4) ? 0xbbaau : 0x9988u);
+}
+
+/* Zeroes the dropped elements of P V's A fragment a of step ps (pack_a_frag's
+ * order: a[2 n8 + hf] holds elements e = 0, 1 of (n8, hf) in its low, high
+ * half), keep bits in drop_mask's words. */
 __device__ __forceinline__ void drop_packed(uint32_t *a, const uint32_t *dmw, int ps) {
 #pragma unroll
   for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int b0 = keep_bit(ps, n8, hf, 0); /* e = 1's: b0 + 8, in the same half word */
-      const uint32_t x = dmw[ps >> 2] << (7 - (b0 & 7));
-      const uint32_t sel = (b0 >> 4) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */
-      uint32_t m;
-      asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(x), "r"(sel));
-      a[2 * n8 + hf] &= m;
-    }
+    for (int hf = 0; hf < 2; ++hf) drop_pair(&a[2 * n8 + hf], dmw[ps >> 2], keep_bit(ps, n8, hf, 0));
 }
 
 #endif /* SDPA_FWD_DROPOUT_CUH */

@@ -27,10 +27,12 @@
  * one's softmax overlaps the other's tensor-core work. The output goes
  * through the warpgroup's Q rows in shared memory to 16-byte stores.
  * setmaxnreg moves registers from the producer (24) to the consumers (240).
+ * With dropout and key tiles of 128 the producer warpgroup's four warps also
+ * make the mask, a query row a thread (fwd_sm90_dropout.cuh), and keep 56
+ * registers (the consumers 224); with tiles of 64 the consumers make it.
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
- * window, alibi, softcap, GQA / MQA, dropout (a second kernel,
- * fwd_dropout.cuh's bits), lse. Bias and probs take the mma.sync rows after
+ * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias and probs take the mma.sync rows after
  * this one in the registry. The copy engine zero-fills rows past a dense
  * tensor's s; where it reads rows that are not the sequence's (varlen,
  * seqused_k), the V tile's tail is zeroed in shared memory (zero_v_tail);
@@ -65,6 +67,14 @@
 #define SDPA_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_HDIM, SDPA_PASTE(_, SDPA_TY))
 
+/* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
+ * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). Then
+ * setmaxnreg gives the producer's Philox calls registers: 128 x producer +
+ * 256 x consumer <= 168 x 384 (the launch's). */
+#define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128)
+#define SDPA_DROP_PRODUCER_REGS 56
+#define SDPA_DROP_CONSUMER_REGS 224
+
 enum {
   HD = SDPA_HDIM,
   NCB = HD / 64,          /* 64-column blocks of a tile (one 128-byte swizzle row each) */
@@ -82,9 +92,11 @@ enum {
   TILE_KV = BN * HD * 2,
   OFF_K = TILE_Q,
   OFF_V = OFF_K + 2 * TILE_KV,
-  OFF_BAR = OFF_V + 2 * TILE_KV,
-  SMEM_BYTES = OFF_BAR + 9 * 8 + 1024 /* barriers; slack to align the base to 1024 */
+  OFF_MASK = OFF_V + 2 * TILE_KV, /* the dropout mask's ring (fwd_sm90_dropout.cuh) */
+  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * 128 * NWG * 8 : 0),
+  SMEM_BYTES = OFF_BAR + 13 * 8 + 1024 /* barriers; slack to align the base to 1024 */
 };
+
 
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets are 64, 128, 256");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
@@ -93,13 +105,17 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
 #include "fwd_dropout.cuh" /* reads MT, PS */
+#include "fwd_sm90_dropout.cuh" /* reads NWG, BM, PS */
+static_assert(OFF_BAR - OFF_MASK == (SDPA_MASK_BY_PRODUCER ? MASK_RING : 0), "the mask ring");
 
-/* mbarriers: Q; K full, V full, K empty, V empty per stage */
+/* mbarriers: Q; K full, V full, K empty, V empty, mask full, mask empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
 __device__ __forceinline__ uint32_t bar_kfull(uint32_t bars, int s) { return bars + 8 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_vfull(uint32_t bars, int s) { return bars + 24 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) { return bars + 40 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return bars + 56 + 8 * s; }
+__device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bars + 72 + 8 * s; }
+__device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bars + 88 + 8 * s; }
 
 /* One K or V tile (rows row0.., kv head hk, batch b) into the stage at dst once
  * its consumers freed it (the empty barrier's phase ph done), completing on
@@ -113,30 +129,43 @@ __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t ds
   for (int cb = 0; cb < NCB; ++cb) tma_load_4d(dst + cb * BN * ROWB, map, cb * 64, row0, hk, b, full);
 }
 
-/* The producer thread: Q once, then K and V of every key tile, each into its
- * stage once the consumers have freed it. */
+/* The producer warpgroup (ptid its thread): thread 0 copies Q once, then K
+ * and V of every key tile, each into its stage once the consumers have freed
+ * it. With dropout (drop, a literal) every thread R also makes query row R's
+ * verdicts of each tile into the mask ring (fwd_sm90_dropout.cuh), between
+ * the tile's K and V copies: tile it - 2's K stage is free early in that
+ * tile, its V stage at its end, and the consumers need tile it's mask a tile
+ * after that. Without dropout only thread 0 comes here. */
 __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
-                                        uint32_t base, uint32_t bars) {
+                                        uint32_t base, uint32_t bars, int ptid, int drop) {
   /* varlen maps are [total, h, d] with batch 1: rows start at the sequence's */
   const sdpa_problem *p = &prm9->base.p;
   const int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   const int b = varlen ? 0 : kb->b, hh = kb->hh, hk = kb->hk;
   const int m0 = kb->m0 + (varlen ? p->cu_q[kb->b] : 0);
   const int k0 = varlen ? p->cu_k[kb->b] : 0;
-  mbar_expect_tx(bar_q(bars), TILE_Q);
+  if (ptid == 0) {
+    mbar_expect_tx(bar_q(bars), TILE_Q);
 #pragma unroll
-  for (int cb = 0; cb < NCB; ++cb)
+    for (int cb = 0; cb < NCB; ++cb)
 #pragma unroll
-    for (int w = 0; w < NWG; ++w)
-      tma_load_4d(base + cb * BM * ROWB + w * 64 * ROWB, &prm9->tq, cb * 64, m0 + 64 * w, hh, b,
-                  bar_q(bars));
+      for (int w = 0; w < NWG; ++w)
+        tma_load_4d(base + cb * BM * ROWB + w * 64 * ROWB, &prm9->tq, cb * 64, m0 + 64 * w, hh,
+                    b, bar_q(bars));
+  }
+  const uint32_t bh = (uint32_t)(kb->b * p->h + hh);
   for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
     const int s = it & 1;
     const uint32_t ph = (uint32_t)(it >> 1) & 1u;
-    load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), bar_kempty(bars, s),
-                 ph, k0 + n * BN, hk, b);
-    load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_KV, bar_vfull(bars, s), bar_vempty(bars, s),
-                 ph, k0 + n * BN, hk, b);
+    if (ptid == 0)
+      load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s),
+                   bar_kempty(bars, s), ph, k0 + n * BN, hk, b);
+    if (drop && SDPA_MASK_BY_PRODUCER && ptid < BM)
+      mask_row(p, bh, kb->m0 + ptid, n * BN, ptid, base + OFF_MASK + s * MASK_STAGE,
+               bar_mfull(bars, s), bar_mempty(bars, s), ph);
+    if (ptid == 0)
+      load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_KV, bar_vfull(bars, s),
+                   bar_vempty(bars, s), ph, k0 + n * BN, hk, b);
   }
 }
 
@@ -158,8 +187,9 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
 
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
  * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
- * literal) compiles dropout in: each tile's Philox calls run while its
- * Q K^T is in flight on the tensor cores. */
+ * literal) compiles dropout in: each tile's keep bits are loaded from the
+ * producer's mask ring (or made here, tiles of 64) while its Q K^T is in
+ * flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
                                         int drop) {
@@ -192,8 +222,13 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
                  wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
     }
     wg_commit();
-    uint32_t dm[MT][DW];
-    if (drop) drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
+    uint2 dmr = make_uint2(0u, 0u); /* the producer's words */
+    uint32_t dm[MT][DW];            /* or this thread's own */
+    if (drop && SDPA_MASK_BY_PRODUCER)
+      dmr = mask_load(base + OFF_MASK + s * MASK_STAGE, bar_mfull(bars, s), bar_mempty(bars, s),
+                      ph, ctid);
+    else if (drop)
+      drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
     if (lane == 0) mbar_arrive(bar_kempty(bars, s));
@@ -206,7 +241,10 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
 #pragma unroll
     for (int ps = 0; ps < PS; ++ps) {
       pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
-      if (drop) drop_packed(pa[ps], dm[0], ps);
+      if (drop && SDPA_MASK_BY_PRODUCER)
+        drop_packed_rows(pa[ps], dmr, ps);
+      else if (drop)
+        drop_packed(pa[ps], dm[0], ps);
     }
 
     mbar_wait(bar_vfull(bars, s), ph);
@@ -278,18 +316,30 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
       mbar_init(bar_vfull(bars, s), 1);
       mbar_init(bar_kempty(bars, s), 4 * NWG); /* lane 0 of every consumer warp */
       mbar_init(bar_vempty(bars, s), 4 * NWG);
+      mbar_init(bar_mfull(bars, s), BM); /* every producer thread with a row */
+      mbar_init(bar_mempty(bars, s), 4 * NWG);
     }
     mbar_init_fence();
   }
   __syncthreads();
   if (wg == 0) {
-    SDPA_SETMAXNREG_DEC(24);
-    if (tid == 0) {
+    /* with dropout the producer's Philox calls take registers from the
+     * consumers (setmaxnreg takes literals) */
+    if (drop && SDPA_MASK_BY_PRODUCER) {
+      SDPA_SETMAXNREG_DEC(SDPA_DROP_PRODUCER_REGS);
+    } else {
+      SDPA_SETMAXNREG_DEC(24);
+    }
+    if ((drop && SDPA_MASK_BY_PRODUCER) || tid == 0) {
       fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
-      produce(prm, &kb, base, bars);
+      produce(prm, &kb, base, bars, tid, drop);
     }
   } else {
-    SDPA_SETMAXNREG_INC(240);
+    if (drop && SDPA_MASK_BY_PRODUCER) {
+      SDPA_SETMAXNREG_INC(SDPA_DROP_CONSUMER_REGS);
+    } else {
+      SDPA_SETMAXNREG_INC(240);
+    }
     consume(prm, &kb, base, bars, wg - 1, tid - 128, drop);
   }
 #else
@@ -332,6 +382,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 }
 
 #undef SDPA_WG_QK
+#undef SDPA_MASK_BY_PRODUCER
+#undef SDPA_DROP_PRODUCER_REGS
+#undef SDPA_DROP_CONSUMER_REGS
 #undef SDPA_WG_PV
 #undef SDPA_PACK
 #undef SDPA_TY
