@@ -8,7 +8,8 @@
  * loads its two words (rows hf = 0, 1) with one load.
  *
  * Why (H100, 2026-11-21, bench.py's b 4 s 4096 problems, TFLOP/s at p = 0.1,
- * in-consumer -> here): d 64 221 -> 267, d 128 363 -> 396, but d 256 460 ->
+ * in-consumer (three runs) -> here): d 64 220-224 -> 252-267, d 128 356-374 ->
+ * 358-396 (equal within the noise), but with tiles of 64 (d 256) 437-468 ->
  * 426: the consumers' issue is latency-bound (Nsight Compute, d 64: 0.47
  * instructions a scheduler a cycle), so Philox chains in them lengthen every
  * tile's critical path, while the producer warpgroup idles but for one
