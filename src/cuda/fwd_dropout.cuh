@@ -2,10 +2,10 @@
  * fwd_dropout.cuh - dropout in the forwards whose score tiles are in the
  * m16n8 accumulator layout (fwd_sm80_body.cuh: mma.sync; fwd_sm90_body.cuh:
  * wgmma, the same layout per warp, with key tiles of 64; with tiles of 128
- * its producer makes the bits, fwd_sm90_dropout.cuh): each tile's keep bits from Philox
- * (philox.h, the contract's mask), and their application to P. A body
- * includes it after fwd_softmax.cuh; it reads MT (m16 tiles per warp) and
- * PS (k16 steps of P V: key pairs of n8 tiles).
+ * its producer makes the bits, fwd_sm90_dropout.cuh): each tile's keep bits
+ * from Philox (philox.h, the contract's mask), and their application to P. A
+ * body includes it after fwd_softmax.cuh; it reads MT (m16 tiles per warp)
+ * and PS (k16 steps of P V: key pairs of n8 tiles).
  */
 #ifndef SDPA_FWD_DROPOUT_CUH
 #define SDPA_FWD_DROPOUT_CUH
@@ -105,7 +105,8 @@ __device__ __forceinline__ void drop_packed(uint32_t *a, const uint32_t *dmw, in
 #pragma unroll
   for (int n8 = 0; n8 < 2; ++n8)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) drop_pair(&a[2 * n8 + hf], dmw[ps >> 2], keep_bit(ps, n8, hf, 0));
+    for (int hf = 0; hf < 2; ++hf)
+      drop_pair(&a[2 * n8 + hf], dmw[ps >> 2], keep_bit(ps, n8, hf, 0));
 }
 
 #endif /* SDPA_FWD_DROPOUT_CUH */

@@ -32,11 +32,11 @@
  * registers (the consumers 224); with tiles of 64 the consumers make it.
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
- * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias and probs take the mma.sync rows after
- * this one in the registry. The copy engine zero-fills rows past a dense
- * tensor's s; where it reads rows that are not the sequence's (varlen,
- * seqused_k), the V tile's tail is zeroed in shared memory (zero_v_tail);
- * K's is masked to -inf anyway.
+ * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias
+ * and probs take the mma.sync rows after this one in the registry. The copy
+ * engine zero-fills rows past a dense tensor's s; where it reads rows that
+ * are not the sequence's (varlen, seqused_k), the V tile's tail is zeroed in
+ * shared memory (zero_v_tail); K's is masked to -inf anyway.
  * Key rows past s_k and columns past d read as zeros; masked keys are -inf.
  */
 #include <math.h>
@@ -96,7 +96,6 @@ enum {
   OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * 128 * NWG * 8 : 0),
   SMEM_BYTES = OFF_BAR + 13 * 8 + 1024 /* barriers; slack to align the base to 1024 */
 };
-
 
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets are 64, 128, 256");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
