@@ -75,8 +75,8 @@ SDPA_HD uint32_t sdpa_dropout_field(sdpa_u32x4 r, uint32_t j) {
   return (r.x[f >> 2] >> (8u * (f & 3u))) & 0xffu;
 }
 
-/* The keep verdicts of a block, byte for byte (the Hopper forward's form: a
- * byte permute with sign replication turns a byte into a 16-bit mask): bit 7
+/* The keep verdicts of a block, byte for byte (the Hopper forward's producer
+ * merges their bit 7s into its consumers' words, fwd_sm90_dropout.cuh): bit 7
  * of byte m of word k is 1 iff field 4k + m >= threshold, for any threshold
  * in [0, 256]; the other bits are not specified. Per byte b of a word and t =
  * threshold: bit 7 of (b | 0x80) - (t & 0x7f) says low7(b) >= low7(t) with

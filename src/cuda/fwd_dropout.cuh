@@ -26,9 +26,10 @@
  * four-fold redundant form with 16-bit fields ran at 0.22x-0.39x of the
  * p = 0 speed). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
  * kept iff bit keep_bit(ps, n8, hf, e) of dm[mt][ps / 4] is set
- * (drop_packed applies them to P V's operand, drop_negate marks probs). The calls depend on no score, so the main loop
- * makes a tile's before its Q K^T, where the integer work can issue beside
- * the tensor cores (the probs pass after it: registers). */
+ * (drop_packed applies them to P V's operand, drop_negate marks probs).
+ * The calls depend on no score, so the main loop makes a tile's before its
+ * Q K^T, where the integer work can issue beside the tensor cores (the probs
+ * pass after it: registers). */
 enum { DW = (PS + 3) / 4 }; /* keep-bit words per m16 tile */
 static_assert(PS % 2 == 0, "the lanes of a quad split k16 steps in pairs");
 
@@ -78,24 +79,19 @@ __device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*
       }
 }
 
-/* Bytes sel selects of w, each sign-replicated (prmt's mode): a byte whose
- * bit 7 says "kept" becomes 0xff / 0x00. sel 0x9988: bytes 0, 1 into the low,
- * high half; 0xbbaa: bytes 2, 3. */
-__device__ __forceinline__ uint32_t drop_bytes(uint32_t w, uint32_t sel) {
-  uint32_t m;
-  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(w), "r"(sel));
-  return m;
-}
-
 /* Zeroes the dropped ones of the two elements in the packed word *a (low
  * half e = 0, high half e = 1) whose keep bits are bits b0 and b0 + 8 of w,
  * both in the same half word: w shifted so that they land on bits 7 and 15
- * (or 23 and 31), drop_bytes turns them into 0x0000 / 0xffff halves, an AND
- * applies them. 2.5 instructions a pair where a bit test and a select an
- * element took 4 (SASS of the d = 64 drop kernel, 2026-11-21: 16 LOP3 + 16
- * FSEL a Philox call of 16 elements). */
+ * (or 23 and 31), one byte permute with sign replication turns them into
+ * 0x0000 / 0xffff halves, an AND applies them. 2.5 instructions a pair
+ * where a bit test and a select an element took 4 (SASS of the d = 64 drop
+ * kernel, 2026-11-21: 16 LOP3 + 16 FSEL a Philox call of 16 elements). */
 __device__ __forceinline__ void drop_pair(uint32_t *a, uint32_t w, int b0) {
-  *a &= drop_bytes(w << (7 - (b0 & 7)), (b0 >> 4) ? 0xbbaau : 0x9988u);
+  const uint32_t x = w << (7 - (b0 & 7));
+  const uint32_t sel = (b0 >> 4) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */
+  uint32_t m;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(m) : "r"(x), "r"(sel));
+  *a &= m;
 }
 
 /* Zeroes the dropped elements of P V's A fragment a of step ps (pack_a_frag's

@@ -68,12 +68,8 @@
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_HDIM, SDPA_PASTE(_, SDPA_TY))
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
- * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). Then
- * setmaxnreg gives the producer's Philox calls registers: 128 x producer +
- * 256 x consumer <= 168 x 384 (the launch's). */
+ * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). */
 #define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128)
-#define SDPA_DROP_PRODUCER_REGS 56
-#define SDPA_DROP_CONSUMER_REGS 224
 
 enum {
   HD = SDPA_HDIM,
@@ -92,8 +88,9 @@ enum {
   TILE_KV = BN * HD * 2,
   OFF_K = TILE_Q,
   OFF_V = OFF_K + 2 * TILE_KV,
-  OFF_MASK = OFF_V + 2 * TILE_KV, /* the dropout mask's ring (fwd_sm90_dropout.cuh) */
-  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * 128 * NWG * 8 : 0),
+  OFF_MASK = OFF_V + 2 * TILE_KV, /* the dropout mask's two-stage ring (fwd_sm90_dropout.cuh) */
+  MASK_STAGE = 128 * NWG * 8,     /* bytes of a stage: a uint2 a consumer thread */
+  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * MASK_STAGE : 0),
   SMEM_BYTES = OFF_BAR + 13 * 8 + 1024 /* barriers; slack to align the base to 1024 */
 };
 
@@ -104,8 +101,7 @@ static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "fwd_softmax.cuh" /* reads MT, NT, DT */
 #include "fwd_dropout.cuh" /* reads MT, PS */
-#include "fwd_sm90_dropout.cuh" /* reads NWG, BM, PS */
-static_assert(OFF_BAR - OFF_MASK == (SDPA_MASK_BY_PRODUCER ? MASK_RING : 0), "the mask ring");
+#include "fwd_sm90_dropout.cuh" /* reads BM, PS */
 
 /* mbarriers: Q; K full, V full, K empty, V empty, mask full, mask empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
@@ -130,13 +126,14 @@ __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t ds
 
 /* The producer warpgroup (ptid its thread): thread 0 copies Q once, then K
  * and V of every key tile, each into its stage once the consumers have freed
- * it. With dropout (drop, a literal) every thread R also makes query row R's
+ * it. With make_mask (a literal) every thread R also makes query row R's
  * verdicts of each tile into the mask ring (fwd_sm90_dropout.cuh), between
  * the tile's K and V copies: tile it - 2's K stage is free early in that
  * tile, its V stage at its end, and the consumers need tile it's mask a tile
  * after that. Without dropout only thread 0 comes here. */
 __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
-                                        uint32_t base, uint32_t bars, int ptid, int drop) {
+                                        uint32_t base, uint32_t bars, int ptid,
+                                        int make_mask) {
   /* varlen maps are [total, h, d] with batch 1: rows start at the sequence's */
   const sdpa_problem *p = &prm9->base.p;
   const int varlen = p->layout == SDPA_LAYOUT_VARLEN;
@@ -159,7 +156,7 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
     if (ptid == 0)
       load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s),
                    bar_kempty(bars, s), ph, k0 + n * BN, hk, b);
-    if (drop && SDPA_MASK_BY_PRODUCER && ptid < BM)
+    if (make_mask && ptid < BM)
       mask_row(p, bh, kb->m0 + ptid, n * BN, ptid, base + OFF_MASK + s * MASK_STAGE,
                bar_mfull(bars, s), bar_mempty(bars, s), ph);
     if (ptid == 0)
@@ -305,6 +302,7 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   const uint32_t bars = base + OFF_BAR;
   const int tid = threadIdx.x, wg = tid >> 7;
+  const int make_mask = drop && SDPA_MASK_BY_PRODUCER;
   fwd_block kb;
   if (!fwd_block_init(&kb, &prm->base, BM)) return;
   if (tid == 0) {
@@ -322,20 +320,20 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
   }
   __syncthreads();
   if (wg == 0) {
-    /* with dropout the producer's Philox calls take registers from the
-     * consumers (setmaxnreg takes literals) */
-    if (drop && SDPA_MASK_BY_PRODUCER) {
-      SDPA_SETMAXNREG_DEC(SDPA_DROP_PRODUCER_REGS);
+    /* a producer making the mask gets registers for its Philox calls from
+     * the consumers: 128 x 56 + 256 x 224 <= 384 x 168 (the launch's) */
+    if (make_mask) {
+      SDPA_SETMAXNREG_DEC(56);
     } else {
       SDPA_SETMAXNREG_DEC(24);
     }
-    if ((drop && SDPA_MASK_BY_PRODUCER) || tid == 0) {
+    if (make_mask || tid == 0) {
       fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
-      produce(prm, &kb, base, bars, tid, drop);
+      produce(prm, &kb, base, bars, tid, make_mask);
     }
   } else {
-    if (drop && SDPA_MASK_BY_PRODUCER) {
-      SDPA_SETMAXNREG_INC(SDPA_DROP_CONSUMER_REGS);
+    if (make_mask) {
+      SDPA_SETMAXNREG_INC(224);
     } else {
       SDPA_SETMAXNREG_INC(240);
     }
@@ -382,8 +380,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
 #undef SDPA_WG_QK
 #undef SDPA_MASK_BY_PRODUCER
-#undef SDPA_DROP_PRODUCER_REGS
-#undef SDPA_DROP_CONSUMER_REGS
 #undef SDPA_WG_PV
 #undef SDPA_PACK
 #undef SDPA_TY

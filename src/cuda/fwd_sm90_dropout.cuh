@@ -24,7 +24,8 @@
  * ctid / 32 owns rows 16 w + g and 16 w + g + 8, g = lane / 4, t = lane % 4)
  * loads uint2 ring[stage][ctid]; word hf is row 16 w + g + 8 hf; its element
  * (step ps, n8 tile 2 ps + n8, column 2t + e) is bit keep_bit_row(ps, n8, e).
- * The body includes this after fwd_dropout.cuh; it reads NWG, BM, PS.
+ * The body includes this after fwd_dropout.cuh; it reads BM, PS (and
+ * places the ring: MASK_STAGE bytes a stage, a uint2 a consumer thread).
  */
 #ifndef SDPA_FWD_SM90_DROPOUT_CUH
 #define SDPA_FWD_SM90_DROPOUT_CUH
@@ -35,10 +36,6 @@
 #include "fwd_dropout.cuh" /* drop_pair */
 #include "ptx_tma.cuh"     /* mbar_* */
 
-enum {
-  MASK_STAGE = 128 * NWG * 8, /* bytes of a stage: a uint2 a consumer thread */
-  MASK_RING = 2 * MASK_STAGE
-};
 static_assert(PS <= 8, "a row's keep bits of a tile in one word a lane");
 static_assert(BM <= 128, "a producer thread a query row");
 
