@@ -46,7 +46,8 @@
  *   and is dropped iff that field < round(p * 256): the drop probability is p
  *   rounded to a multiple of 1/256 (FlashAttention-2's 8-bit fields; the kept
  *   ones are still scaled by 1/(1-p), as there), e.g. 26/256 = 0.1016 for
- *   p = 0.1. One Philox call serves 16 elements.
+ *   p = 0.1; round() takes halves up, and p < 1/512 drops nothing (the kept
+ *   values are still scaled). One Philox call serves 16 elements.
  */
 #ifndef SDPA_H
 #define SDPA_H

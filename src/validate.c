@@ -227,7 +227,9 @@ static sdpa_status check_attn_scalars(const sdpa_attn *a, sdpa_problem *p) {
   p->seed = a->dropout_seed;
   p->offset = (uint32_t)a->dropout_offset;
   if (a->dropout_p > 0.0f) {
-    p->drop_threshold = (uint32_t)lrint((double)a->dropout_p * 256.0);
+    /* round(p * 256), halves away from zero (sdpa.h; the oracle's llround):
+     * lrint would round them to even, in the caller's rounding mode */
+    p->drop_threshold = (uint32_t)llround((double)a->dropout_p * 256.0);
     p->drop_scale = (float)(1.0 / (1.0 - (double)a->dropout_p));
   } else {
     p->dropout_p = 0.0f;

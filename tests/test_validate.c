@@ -220,6 +220,16 @@ static void test_valid(void) {
                   fabsf(p.drop_scale - 4.0f / 3.0f) < 1e-6f && p.offset == 0xffffffffu &&
                   p.scale == 0.5f,
               "dropout constants %u %g", p.drop_threshold, p.drop_scale);
+  /* round(p * 256) rounds halves up (5/512 -> 3, 1/512 -> 1), as the oracle
+   * does (the call before the check: argument order is unspecified) */
+  d.attn.dropout_p = 5.0f / 512.0f;
+  sdpa_status st = sdpa_validate_fwd(&d, &p);
+  TEST_EXPECT(st == SDPA_OK && p.drop_threshold == 3, "dropout p = 5/512: threshold %u, expected 3",
+              p.drop_threshold);
+  d.attn.dropout_p = 1.0f / 512.0f;
+  st = sdpa_validate_fwd(&d, &p);
+  TEST_EXPECT(st == SDPA_OK && p.drop_threshold == 1, "dropout p = 1/512: threshold %u, expected 1",
+              p.drop_threshold);
 
   /* bias with broadcast dims: strides 0; probs strides; alibi [h] and [b, h] */
   d = fwd_dense();
