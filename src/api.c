@@ -228,9 +228,16 @@ static sdpa_status explain(const sdpa_problem *p, sdpa_op op, char *buf, size_t 
   return st;
 }
 
+/* The buffer is emptied before validation, so a refused descriptor leaves
+ * "" there, not the caller's stale bytes (sdpa.h: always NUL-terminated). */
+static void explain_clear(char *buf, size_t n) {
+  if (buf && n > 0) buf[0] = '\0';
+}
+
 sdpa_status sdpa_explain_fwd(const sdpa_fwd_desc *desc, char *buf, size_t buf_size) {
   sdpa_problem p;
   sdpa_clear_error();
+  explain_clear(buf, buf_size);
   SDPA_TRY(sdpa_validate_fwd(desc, &p));
   return explain(&p, SDPA_OP_FWD, buf, buf_size);
 }
@@ -238,6 +245,7 @@ sdpa_status sdpa_explain_fwd(const sdpa_fwd_desc *desc, char *buf, size_t buf_si
 sdpa_status sdpa_explain_bwd(const sdpa_bwd_desc *desc, char *buf, size_t buf_size) {
   sdpa_problem p;
   sdpa_clear_error();
+  explain_clear(buf, buf_size);
   SDPA_TRY(sdpa_validate_bwd(desc, &p));
   return explain(&p, SDPA_OP_BWD, buf, buf_size);
 }

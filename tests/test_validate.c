@@ -958,8 +958,36 @@ static void test_merge(void) {
   MERGE_ERR(d, INV, "out_parts", "int64");
 }
 
+/* sdpa_explain_*: a valid descriptor gets the selection and the rows; a
+ * refused one leaves an empty string (the buffer poisoned first), not stale
+ * text; no buffer is an error naming buf. */
+static void test_explain(void) {
+  char buf[4096];
+  sdpa_fwd_desc d = fwd_dense();
+  memset(buf, 'x', sizeof buf);
+  sdpa_status st = sdpa_explain_fwd(&d, buf, sizeof buf);
+  TEST_EXPECT(st == SDPA_OK && strncmp(buf, "selected: ", 10) == 0 && memchr(buf, 0, sizeof buf),
+              "explain_fwd of a valid descriptor: status %d, text '%.60s'", (int)st, buf);
+  d.attn.dropout_p = 1.5f;
+  memset(buf, 'x', sizeof buf);
+  st = sdpa_explain_fwd(&d, buf, sizeof buf);
+  TEST_EXPECT(st == SDPA_ERR_INVALID_ARGUMENT && buf[0] == '\0',
+              "explain_fwd of a refused descriptor: status %d, buf[0] = 0x%02x", (int)st,
+              (unsigned)(unsigned char)buf[0]);
+  sdpa_bwd_desc bd = bwd_dense();
+  bd.attn.dropout_p = -1.0f;
+  memset(buf, 'x', sizeof buf);
+  st = sdpa_explain_bwd(&bd, buf, sizeof buf);
+  TEST_EXPECT(st == SDPA_ERR_INVALID_ARGUMENT && buf[0] == '\0',
+              "explain_bwd of a refused descriptor: status %d, buf[0] = 0x%02x", (int)st,
+              (unsigned)(unsigned char)buf[0]);
+  d = fwd_dense();
+  TEST_EXPECT_ERROR(sdpa_explain_fwd(&d, NULL, 0), SDPA_ERR_INVALID_ARGUMENT, "buf");
+}
+
 int main(void) {
   test_valid();
+  test_explain();
   test_desc();
   test_scalars();
   test_tensors();

@@ -46,7 +46,7 @@ static void run_case(const bcase *c, int det_runs) {
   if (!bwd_case_prepare(c, &f, &rng, 1, r)) return;
   f.dev.deterministic = det_runs > 0;
   if (c->sm90) {
-    char buf[8192] = ""; /* (printed on failure even if explain wrote nothing) */
+    char buf[8192];
     const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
     gpu_expect_hopper_row(c->name, ex, buf, "bwd_sm90_");
   }
@@ -121,7 +121,7 @@ static void run_refusal(void) {
   c.contiguous = 1;
   printf("-- %s\n", c.name);
   if (bwd_case_build(&c, &f, &rng)) {
-    char buf[4096] = ""; /* (printed on failure even if explain wrote nothing) */
+    char buf[4096];
     sdpa_status st = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
     TEST_EXPECT(st == SDPA_OK && strstr(buf, "bwd_sm80_bf16_hd32") && strstr(buf, "unaligned") &&
                     !strstr(buf, "selected: bwd_sm80"),
@@ -137,7 +137,7 @@ static void run_refusal(void) {
   c = bwd_case("bias_row_without_bias", SDPA_DTYPE_BF16, 1, 2, 2, 40, 40, 64);
   printf("-- %s\n", c.name);
   if (bwd_case_build(&c, &f, &rng)) {
-    char buf[4096] = ""; /* (printed on failure even if explain wrote nothing) */
+    char buf[4096];
     const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
     if (gpu_sm90_lists(c.name, ex, buf, "bwd_sm90_bias_bf16_hd64")) {
       f.dev.attn.kernel = "bwd_sm90_bias_bf16_hd64";

@@ -281,7 +281,7 @@ static void check_results(const gcase *c, gbufs *f) {
  * problem, a Hopper row on sm_90 for c->sm90. */
 static void check_selection(const gcase *c, const gbufs *f) {
   if (!c->bias && !c->sm90) return;
-  char buf[8192] = ""; /* (printed on failure even if explain wrote nothing) */
+  char buf[8192];
   sdpa_status ex = sdpa_explain_fwd(&f->dev, buf, sizeof buf);
   if (c->bias) /* the sm80 rows take bias problems (all of them: rows of any alignment) */
     TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm80", 18) == 0,
@@ -363,7 +363,7 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
     f.q.h.stride[3] = f.host.attn.q.stride[3];
     dual_upload(&f.q);
   }
-  char buf[8192] = ""; /* (printed on failure even if explain wrote nothing) */
+  char buf[8192];
   sdpa_status st = sdpa_explain_fwd(&f.dev, buf, sizeof buf);
   const char *line = strstr(buf, row);
   const char *eol = line ? strchr(line, '\n') : NULL;

@@ -449,7 +449,7 @@ static int run_bwd(const scase *c) {
   db.dq = f.dq.d, db.dk = f.dk.d, db.dv = f.dv.d, db.dbias = f.dbias.d;
   db.deterministic = !c->atomic;
   if (c->expect && !c->force) {
-    char buf[8192] = "", want[96], h90[64];
+    char buf[8192], want[96], h90[64];
     const char *row = c->expect;
     sdpa_status ex = sdpa_explain_bwd(&db, buf, sizeof buf);
     if (c->hopper) { /* expect is a bwd_sm80_ row here (run_fast) */
