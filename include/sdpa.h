@@ -238,7 +238,10 @@ typedef struct sdpa_bwd_desc {
                                summed over every dimension of size 1 */
   int deterministic;        /* 1: bitwise reproducible run to run */
 
-  void *workspace;
+  void *workspace;          /* optional; see sdpa_bwd_workspace_size: as in
+                               sdpa_fwd_desc (NULL: allocated on attn.stream;
+                               given, workspace_size, 0 allowed, must cover
+                               the query's answer) */
   size_t workspace_size;
 } sdpa_bwd_desc;
 

@@ -99,9 +99,9 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   /* The append writes the caller's cache, so it runs after every check and
    * the workspace below: a call that fails leaves the cache as it was (it
    * ran first until 2026-11-21, and a too-small workspace or an unsupported
-   * shape returned an error with k_new already appended). */
-  const int append = p->layout == SDPA_LAYOUT_CACHE && p->s_new > 0;
-  if (p->b == 0 || p->h == 0 || p->s_q == 0) return append ? sdpa_cuda_kv_append(p) : SDPA_OK;
+   * shape returned an error with k_new already appended). Without k_new
+   * (s_new = 0) the append does nothing. */
+  if (p->b == 0 || p->h == 0 || p->s_q == 0) return sdpa_cuda_kv_append(p);
 
   const int64_t group = p->h / p->h_k, rows = group * p->s_q;
   const int64_t m_blocks = decode_m_blocks(p, sh);
@@ -143,7 +143,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
     prm.part_lse = (float *)((char *)ws + part_out_bytes(p, sh, splits));
   }
 
-  sdpa_status st = append ? sdpa_cuda_kv_append(p) : SDPA_OK;
+  sdpa_status st = sdpa_cuda_kv_append(p);
   if (st == SDPA_OK) st = launch(&prm, (unsigned)grid, stream);
   if (st == SDPA_OK && splits > 1) {
     const int64_t hd = sh->hd, rows_h = p->s_q * p->h;
