@@ -27,7 +27,8 @@ typedef struct sdpa_bwd_sm80_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
   int64_t slice;       /* floats between dQ slices (0 unless deterministic) */
-  int nsplit;          /* dQ slices: 1, or bwd_det_splits in deterministic mode */
+  int nsplit;          /* dQ slices: 1, or bwd_det_splits in deterministic mode (0
+                          where a dQ kernel makes dQ: SDPA_BWD_DQ_KERNEL) */
   int64_t total_q;     /* rows of dq_acc / dsum / lse2 */
   float score_mul;     /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
   float softcap_post;  /* softcap * log2(e) */

@@ -46,7 +46,8 @@
  * the barrier that precedes the wgmma reading them.
  * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window in both alignments, alibi, softcap, dropout, GQA / MQA,
- * deterministic mode (bwd_sm80_common.cuh's dQ slices); in the bias rows
+ * deterministic mode (bwd_sm80_common.cuh's dQ slices; with the d split, d
+ * = 256, no dQ here and a dQ kernel, bwd_dq_body); in the bias rows
  * an additive bias with dbias too: the step's [BM, BN] bias tile comes by
  * cp.async with Q / dO (double-buffered) and is read by ldmatrix.trans in
  * the S^T layout, dbias gathers in a shared tile written out by whole rows
@@ -84,13 +85,13 @@
  * dQ columns per product (m64n<DQN>). */
 #if SDPA_HDIM <= 64
 #define SDPA_HDW 64
-enum { QS = 64, QS_FD = 64, DQN = 64 };
+enum { QS = 64, QS_F = 64, DQN = 64 };
 #elif SDPA_HDIM <= 128
 #define SDPA_HDW 128
-enum { QS = 64, QS_FD = 32, DQN = 64 };
+enum { QS = 64, QS_F = 32, DQN = 64 };
 #else
 #define SDPA_HDW 128
-enum { QS = 32, QS_FD = 32, DQN = 128 };
+enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
 #define SDPA_WG(kind, n) SDPA_BPASTE(SDPA_BPASTE(wgmma_##kind##_m64n, n), SDPA_BPASTE(_, SDPA_TY))
 
@@ -136,7 +137,7 @@ static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
               "query steps of BN rows (half of it in a bias row)");
 static_assert(BM % QS == 0 && BM % 64 == 0, "whole sub-steps and 64-row dQ products a step");
 static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
-static_assert(QS >= QS_FD && BM % QS == 0 && QS_FD % 32 == 0, "sub-steps of 32-query halves");
+static_assert(QS >= QS_F && BM % QS == 0 && QS_F % 32 == 0, "sub-steps of 32-query halves");
 static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN),
               "d split: one 64-query step, 32 a warpgroup, one dQ product a warpgroup");
 static_assert((BM / 64) * (HD / DQN) % 2 == 0,
@@ -279,7 +280,8 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
 /* feat (0 plain, 1 softcap / alibi / dropout, 2 the bias rows' forms: those
  * and the bias with dbias) and det (deterministic: walk this block's key
- * blocks, dQ into its slice) are literals at each kernel (bwd_launch.cuh). */
+ * blocks, dQ into its slice; with the d split one key block a block and no
+ * dQ, which bwd_dq_body makes) are literals at each kernel (bwd_launch.cuh). */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -293,7 +295,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const 
   const int wg = warp >> 2, wq = warp & 3;
   const int kwg = wg % KWG, dsg = wg / KWG; /* key block, column split of the warpgroup */
   const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
-  const int qs = feat ? QS_FD : QS; /* a literal */
+  const int qs = feat ? QS_F : QS; /* a literal */
   const int hk = blockIdx.y, b = blockIdx.z;
   const int fk = (int)bwd_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
