@@ -356,11 +356,14 @@ static void run_case_mode(const dcase *c, int graph) {
       TEST_EXPECT_ERROR(sdpa_fwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size",
                         "expected at least");
       CUDA_OK(cudaDeviceSynchronize());
-      sdpa_tensor gk = alloc_rows(c, f.h[T_KC].shape);
-      download(&gk, &f.d[T_KC]);
-      snprintf(what, sizeof what, "%s k cache after the refused call", c->name);
-      test_check_equal(what, &gk, &f.h[T_KC]);
-      test_free(&gk);
+      static const int caches[2] = {T_KC, T_VC};
+      for (int x = 0; x < 2; ++x) {
+        sdpa_tensor gc = alloc_rows(c, f.h[caches[x]].shape);
+        download(&gc, &f.d[caches[x]]);
+        snprintf(what, sizeof what, "%s %c cache after the refused call", c->name, "kv"[x]);
+        test_check_equal(what, &gc, &f.h[caches[x]]);
+        test_free(&gc);
+      }
     }
     f.dev.workspace_size = bytes;
     printf("  workspace %zu bytes\n", bytes);
