@@ -236,11 +236,28 @@ SDPA_HD void sdpa_key_range(const sdpa_problem *p, int64_t i, int64_t sq, int64_
   *hi = r;
 }
 
+/* The keys of query rows [i0, i1) (i0 < i1 <= sq): some row sees a key of
+ * [*lo, *hi) (row i0's lower end to row i1 - 1's upper end capped at sk: both
+ * ends are nondecreasing in i; *hi == *lo when no row sees one); *hi0 (if
+ * not NULL) gets row i0's upper end. */
+SDPA_HD void sdpa_key_span(const sdpa_problem *p, int64_t i0, int64_t i1, int64_t sq, int64_t sk,
+                           int64_t *lo, int64_t *hi, int64_t *hi0) {
+  int64_t l0, h0, l1, h1;
+  sdpa_key_range(p, i0, sq, sk, &l0, &h0);
+  sdpa_key_range(p, i1 - 1, sq, sk, &l1, &h1);
+  if (h1 > sk) h1 = sk;
+  *lo = l0;
+  *hi = h1 > l0 ? h1 : l0;
+  if (hi0) *hi0 = h0;
+}
+
 /* Key tiles [n_begin, n_end) of bn keys that some query row of [m0, m0 + bm)
- * sees (rows past sq ignored; m0 < sq): the rows' ranges are monotone in i,
- * so their union lies in [lo of row m0, hi of the last row), capped at sk.
- * When no row sees a key the range is empty or reversed (n_end <= n_begin)
- * or, where that lo is not a tile start, one tile that every row masks. */
+ * sees (rows past sq ignored; m0 < sq): sdpa_key_span's range in tiles, but
+ * when no row sees a key the range is empty or reversed (n_end <= n_begin)
+ * or, where that lo is not a tile start, one tile that every row masks
+ * (results unchanged). Written out rather than through sdpa_key_span: the
+ * test for the empty span cost the sm80 forwards 1-2 registers and their d =
+ * 128 bias kernels 8-12 bytes of spills (ptxas, CUDA 13, 2026-11-21). */
 SDPA_HD void sdpa_key_tiles(const sdpa_problem *p, int64_t m0, int bm, int bn, int64_t sq,
                             int64_t sk, int *n_begin, int *n_end) {
   int64_t lo0, hi0, lo1, hi1;

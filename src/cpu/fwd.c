@@ -265,11 +265,8 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
   if (!get_tiles(ctx, tid, &t)) return;
 
   /* visible keys of the block: the union of its rows' ranges (monotone in i) */
-  int64_t lo, hi, hi0, lo2, hi2;
-  sdpa_key_range(p, i0, sq, sk, &lo, &hi0); /* hi0: the end of the block's first row */
-  sdpa_key_range(p, i0 + mi - 1, sq, sk, &lo2, &hi2);
-  hi = hi2 > sk ? sk : hi2;
-  if (hi < lo) hi = lo;
+  int64_t lo, hi, hi0; /* hi0: the end of the block's first row */
+  sdpa_key_span(p, i0, i0 + mi, sq, sk, &lo, &hi, &hi0);
   if (ctx->splits > 1) {
     const int64_t nblk = (hi - lo + BLOCK_N - 1) / BLOCK_N;
     const int64_t b0 = nblk * split / ctx->splits, b1 = nblk * (split + 1) / ctx->splits;

@@ -126,7 +126,7 @@ __device__ void simt_grad_tile(const sdpa_problem *p, const simt_tile *tl, int64
 __device__ __forceinline__ int simt_rows_see(const sdpa_problem *p, int64_t i0, int64_t i1,
                                              int64_t sq, int64_t sk, int64_t j0, int64_t j1) {
   int64_t lo, hi;
-  simt_tile_keys(p, i0, i1, sq, sk, &lo, &hi);
+  sdpa_key_span(p, i0, i1, sq, sk, &lo, &hi, NULL);
   return lo < hi && lo < j1 && hi > j0;
 }
 
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(SIMT_THREADS)
     const int64_t hk = hh / group, c0 = cb * SIMT_CW;
     const int64_t i1 = tl.sq - tl.i0 < SIMT_BM ? tl.sq : tl.i0 + SIMT_BM;
     int64_t lo, hi;
-    simt_tile_keys(p, tl.i0, i1, tl.sq, tl.sk, &lo, &hi);
+    sdpa_key_span(p, tl.i0, i1, tl.sq, tl.sk, &lo, &hi, NULL);
     float lse[SIMT_RPW], dd[SIMT_RPW], acc[SIMT_RPW][SIMT_NC];
     for (int r = 0; r < SIMT_RPW; ++r)
       for (int c = 0; c < SIMT_NC; ++c) acc[r][c] = 0.0f;

@@ -126,20 +126,6 @@ __device__ __forceinline__ void simt_dot_tile(const void *a, const void *bm, sdp
   }
 }
 
-/* Visible keys of rows [i0, i1) of a sequence (lengths sq, sk) lie in [lo, hi):
- * the range of row i0's lower end to row i1-1's upper end (both ends are
- * nondecreasing in i), capped at sk; lo == hi if none. */
-__device__ __forceinline__ void simt_tile_keys(const sdpa_problem *p, int64_t i0, int64_t i1,
-                                               int64_t sq, int64_t sk, int64_t *lo,
-                                               int64_t *hi) {
-  int64_t l, h, l2, h2;
-  sdpa_key_range(p, i0, sq, sk, &l, &h);
-  sdpa_key_range(p, i1 - 1, sq, sk, &l2, &h2);
-  if (h2 > sk) h2 = sk;
-  *lo = l;
-  *hi = h2 > l ? h2 : l;
-}
-
 /*
  * The final score of query row i, key j of (sequence b, query head hh) from
  * dot = q_i . k_j: scale, softcap, + bias, - alibi (slope of (b, hh)); -inf

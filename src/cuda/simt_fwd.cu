@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(SIMT_THREADS)
     const int64_t i1 = sq - i0 < SIMT_BM ? sq : i0 + SIMT_BM;
     const float slope = simt_slope(p, b, hh);
     int64_t lo, hi;
-    simt_tile_keys(p, i0, i1, sq, sk, &lo, &hi);
+    sdpa_key_span(p, i0, i1, sq, sk, &lo, &hi, NULL);
 
     __syncthreads(); /* the previous item is done with offa */
     if (tid < SIMT_BM) offa[tid] = i0 + tid < i1 ? sdpa_q_offset(p, p->q_st, b, i0 + tid, hh) : -1;
