@@ -85,11 +85,12 @@ __device__ __forceinline__ void scores_post(float (*s)[NT][4], const sdpa_fwd_sm
 
 /* One online-softmax step over a score tile s (exp2 domain, times xm =
  * exp_mul still to apply): s becomes p = 2^(s * xm - max * xm), one FFMA + ex2
- * an element; the row sums take the tile; O is rescaled only when some row
- * max of the warp moved. */
-__device__ __forceinline__ void softmax_step(float (*s)[NT][4], float (*o)[DT][4],
-                                             float (*row_max)[2], float (*row_sum)[2], float xm) {
-  float corr[MT][2];
+ * an element; the row sums take the tile; corr gets O's rescale factors.
+ * Returns whether some row max of the warp moved (softmax_rescale applies
+ * corr to O then only: apart, so that the Hopper forward can finish the
+ * previous tile's P V before it touches O). */
+__device__ __forceinline__ int softmax_probs(float (*s)[NT][4], float (*row_max)[2],
+                                             float (*row_sum)[2], float xm, float (*corr)[2]) {
   int moved = 0;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -122,10 +123,24 @@ __device__ __forceinline__ void softmax_step(float (*s)[NT][4], float (*o)[DT][4
       }
       row_sum[mt][hf] = row_sum[mt][hf] * corr[mt][hf] + sum;
     }
-  if (__any_sync(0xffffffffu, moved)) {
+  return __any_sync(0xffffffffu, moved);
+}
+
+/* O times softmax_probs' factors, when it said a row max moved. */
+__device__ __forceinline__ void softmax_rescale(float (*o)[DT][4], const float (*corr)[2],
+                                                int moved) {
+  if (moved) {
 #pragma unroll
     for (int k = 0; k < O_ELEMS; ++k) *o_at(o, k) *= corr[k / (4 * DT)][k % 4 / 2];
   }
+}
+
+/* Both parts at once: the mma.sync forwards' step. */
+__device__ __forceinline__ void softmax_step(float (*s)[NT][4], float (*o)[DT][4],
+                                             float (*row_max)[2], float (*row_sum)[2], float xm) {
+  float corr[MT][2];
+  const int moved = softmax_probs(s, row_max, row_sum, xm, corr);
+  softmax_rescale(o, corr, moved);
 }
 
 /* After the last key tile: row sums over the quad (row_sum becomes l) and
