@@ -68,13 +68,14 @@
 #define SDPA_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_HDIM, SDPA_PASTE(_, SDPA_TY))
 
-/* Whether a tile's softmax overlaps the previous tile's P V (consume_tile's
- * pipelining) in the kernel without dropout: at d = 128 only. Measured
- * (H200, 2026-11-21, bf16 b 4 s 4096, three runs each, TFLOP/s at p = 0,
- * not pipelined -> pipelined): d 128 515-538 -> 524-599 (causal 389-461 ->
- * 419-494); d 64 363-378 -> 340-367 and d 256 596-611 -> 542-621 (no gain;
- * the pipelined loop has two copies of the tile's code); with dropout d 64
- * and 128 (the producer's mask) lost 10-15% and d 256 gained nothing. */
+/* Whether a tile's softmax overlaps the previous tile's P V
+ * (consume_tile_pipe) in the kernel without dropout: at d = 128 only.
+ * Measured (H200, 2026-11-21, bf16 b 4 s 4096, TFLOP/s at p = 0, not
+ * pipelined -> pipelined, three runs each): d 128 546-549 -> 606-610 (causal
+ * 465-469 -> 508-513); d 64 363-378 -> 340-367 and d 256 596-611 -> 542-621,
+ * no gain; with dropout the pipelined loop lost 10-15% at d 64 and 128 (the
+ * producer's mask) and gained nothing at d 256. The other kernels keep the
+ * plain loop (their PTX is the one before the pipelining). */
 #define SDPA_FWD_PIPE (SDPA_HDIM == 128)
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
@@ -191,8 +192,23 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
   bar_sync_named(1 + NWG, 128 * NWG);
 }
 
-/* Issues O += P V for the key tile at n0 (V in stage sv, its full barrier
- * vfull at phase ph) once V has landed; its tail zeroed first where the
+/* Issues S = Q K^T of the key tile in stage sk once it has landed (its
+ * full barrier kfull at phase ph). */
+__device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t sk, uint32_t kfull,
+                                         uint32_t ph) {
+  mbar_wait(kfull, ph);
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < KSQ; ++ks) {
+    const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
+    SDPA_WG_QK(sc, wg_desc(qa + (ks >> 2) * BM * ROWB + koff, 16, 1024),
+               wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
+  }
+  wg_commit();
+}
+
+/* Issues O += P V of the key tile at n0 (V in stage sv, its full barrier
+ * vfull at phase ph) once V has landed; the tail zeroed first where the
  * copy read rows that are not the sequence's (zero_tail). */
 __device__ __forceinline__ void pv_issue(float (*o)[DT][4], uint32_t (*pa)[4], const fwd_block *kb,
                                          int n0, uint32_t sv, uint32_t vfull, uint32_t ph,
@@ -207,92 +223,57 @@ __device__ __forceinline__ void pv_issue(float (*o)[DT][4], uint32_t (*pa)[4], c
   wg_commit();
 }
 
-/* Waits for every wgmma of the warpgroup (the P V above last), then frees
- * the V stage (vempty). (P's registers, read by the tensor cores until
- * then, are ptxas's to keep: it tracks wgmma operands, C7517 / C7519.) */
+/* Waits for every wgmma of the warpgroup (a P V last), then frees its V
+ * stage (vempty). (P's registers, read by the tensor cores until then, are
+ * ptxas's to keep: it tracks wgmma operands, C7517 / C7519.) */
 __device__ __forceinline__ void pv_retire(float (*o)[DT][4], uint32_t vempty, int lane) {
   wg_wait0();
   wg_fence_acc(o[0], DT);
   if (lane == 0) mbar_arrive(vempty);
 }
 
-/* What a consumer warpgroup carries from key tile to key tile. */
-typedef struct {
-  float o[MT][DT][4];
-  float row_max[MT][2], row_sum[MT][2];
-  uint32_t pa[PS][4]; /* the previous tile's P: P V's A operand */
-  int n0, s;          /* the previous tile's first key and stage */
-  uint32_t ph;        /* its stages' phase */
-} fwd_wg_state;
-
-/* Key tile n (the it-th of the block; first a literal: it == 0) of one
- * consumer warpgroup, software-pipelined as FlashAttention-3's
- * intra-warpgroup overlap: this tile's Q K^T is issued, then the previous
- * tile's P V, and this tile's softmax runs while P V is on the tensor cores;
- * O is rescaled once P V has retired. The first tile has no P V before it
- * (a literal, not a branch: with a run-time test ptxas serialized every
- * wgmma, C7514). drop (a literal) compiles dropout in: the tile's keep bits
- * are loaded from the producer's mask ring (or made here, tiles of 64)
- * while its Q K^T is in flight. */
-__device__ __forceinline__ void consume_tile(fwd_wg_state *w, const sdpa_fwd_sm80_params *prm,
-                                             const fwd_block *kb, uint32_t base, uint32_t bars,
-                                             uint32_t qa, int n, int it, int first, int drop,
-                                             int zero_tail, int ctid) {
-  const sdpa_problem *p = &prm->p;
+/* The pipelined form of a key tile (FlashAttention-3's intra-warpgroup
+ * overlap; kernels without dropout where SDPA_FWD_PIPE): tile n's (the
+ * block's it-th) Q K^T is issued, then the previous tile's P V (pa; none
+ * when first, a literal: with a run-time test ptxas serialized every wgmma,
+ * C7514), and this tile's softmax runs while P V is on the tensor cores; O
+ * is rescaled once P V has retired; pa becomes this tile's P. */
+__device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row_max)[2],
+                                                  float (*row_sum)[2], uint32_t (*pa)[4],
+                                                  const sdpa_fwd_sm80_params *prm,
+                                                  const fwd_block *kb, uint32_t base,
+                                                  uint32_t bars, uint32_t qa, int n, int it,
+                                                  int first, int zero_tail, int ctid) {
   const int lane = ctid & 31, t = lane & 3;
-  const int s = it & 1, n0 = n * BN;
-  const uint32_t ph = (uint32_t)(it >> 1) & 1u;
-  const uint32_t sk = base + OFF_K + s * TILE_KV;
-
+  const int s = it & 1, n0 = n * BN, sp = s ^ 1;
+  const uint32_t ph = (uint32_t)(it >> 1) & 1u, php = (uint32_t)((it - 1) >> 1) & 1u;
   float sc[MT][NT][4];
-  mbar_wait(bar_kfull(bars, s), ph);
-  wg_fence();
-#pragma unroll
-  for (int ks = 0; ks < KSQ; ++ks) {
-    const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
-    SDPA_WG_QK(sc[0], wg_desc(qa + (ks >> 2) * BM * ROWB + koff, 16, 1024),
-               wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
-  }
-  wg_commit();
+  qk_issue(sc[0], qa, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), ph);
   if (!first)
-    pv_issue(w->o, w->pa, kb, w->n0, base + OFF_V + w->s * TILE_KV, bar_vfull(bars, w->s), w->ph,
+    pv_issue(o, pa, kb, n0 - BN, base + OFF_V + sp * TILE_KV, bar_vfull(bars, sp), php,
              zero_tail, ctid);
-  uint2 dmr = make_uint2(0u, 0u); /* the producer's words */
-  uint32_t dm[MT][DW];            /* or this thread's own */
-  if (drop && SDPA_MASK_BY_PRODUCER)
-    dmr = mask_load(base + OFF_MASK + s * MASK_STAGE, bar_mfull(bars, s), bar_mempty(bars, s), ph,
-                    ctid);
-  else if (drop)
-    drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
   if (first)
     wg_wait0();
   else
     wg_wait1(); /* Q K^T, committed first, is done; P V may still run */
   wg_fence_acc(sc[0], NT);
   if (lane == 0) mbar_arrive(bar_kempty(bars, s));
-
   const int full = n0 >= kb->lo1 && n0 + BN <= kb->hi0;
   scores_pre(sc, prm, !prm->fold);
   scores_post(sc, prm, kb, n0, t, !full);
   float corr[MT][2];
-  const int moved = softmax_probs(sc, w->row_max, w->row_sum, prm->exp_mul, corr);
-  if (!first) pv_retire(w->o, bar_vempty(bars, w->s), lane);
-  softmax_rescale(w->o, corr, moved);
+  const int moved = softmax_probs(sc, row_max, row_sum, prm->exp_mul, corr);
+  if (!first) pv_retire(o, bar_vempty(bars, sp), lane);
+  softmax_rescale(o, corr, moved);
 #pragma unroll
-  for (int ps = 0; ps < PS; ++ps) {
-    pack_a_frag(w->pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
-    if (drop && SDPA_MASK_BY_PRODUCER)
-      drop_packed_rows(w->pa[ps], dmr, ps);
-    else if (drop)
-      drop_packed(w->pa[ps], dm[0], ps);
-  }
-  w->n0 = n0;
-  w->s = s;
-  w->ph = ph;
+  for (int ps = 0; ps < PS; ++ps) pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
 }
 
 /* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
- * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). */
+ * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
+ * literal) compiles dropout in: each tile's keep bits are loaded from the
+ * producer's mask ring (or made here, tiles of 64) while its Q K^T is in
+ * flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
                                         int drop) {
@@ -305,29 +286,64 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
    * the next sequence's; seqused_k: unused rows) */
   const int zero_tail = p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k != NULL;
 
-  fwd_wg_state w;
-  softmax_init(w.o, w.row_max, w.row_sum);
+  float o[MT][DT][4];
+  float row_max[MT][2], row_sum[MT][2];
+  softmax_init(o, row_max, row_sum);
   mbar_wait(bar_q(bars), 0);
+
   if (SDPA_FWD_PIPE && !drop) {
-    if (kb->n_begin < kb->n_end) {
-      consume_tile(&w, prm, kb, base, bars, qa, kb->n_begin, 0, 1, drop, zero_tail, ctid);
+    const int nt = kb->n_end - kb->n_begin;
+    uint32_t pa[PS][4]; /* the previous tile's P */
+    if (nt > 0) {
+      consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, kb->n_begin, 0, 1,
+                        zero_tail, ctid);
       for (int n = kb->n_begin + 1, it = 1; n < kb->n_end; ++n, ++it)
-        consume_tile(&w, prm, kb, base, bars, qa, n, it, 0, drop, zero_tail, ctid);
-      pv_issue(w.o, w.pa, kb, w.n0, base + OFF_V + w.s * TILE_KV, bar_vfull(bars, w.s), w.ph,
-               zero_tail, ctid); /* the last tile's P V */
-      pv_retire(w.o, bar_vempty(bars, w.s), lane);
+        consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, n, it, 0, zero_tail,
+                          ctid);
+      const int s = (nt - 1) & 1; /* the last tile's P V */
+      pv_issue(o, pa, kb, (kb->n_end - 1) * BN, base + OFF_V + s * TILE_KV, bar_vfull(bars, s),
+               (uint32_t)((nt - 1) >> 1) & 1u, zero_tail, ctid);
+      pv_retire(o, bar_vempty(bars, s), lane);
     }
-  } else { /* each tile as a first one, its P V right after it */
+  } else {
     for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
-      consume_tile(&w, prm, kb, base, bars, qa, n, it, 1, drop, zero_tail, ctid);
-      pv_issue(w.o, w.pa, kb, w.n0, base + OFF_V + w.s * TILE_KV, bar_vfull(bars, w.s), w.ph,
-               zero_tail, ctid);
-      pv_retire(w.o, bar_vempty(bars, w.s), lane);
+      const int s = it & 1, n0 = n * BN;
+      const uint32_t ph = (uint32_t)(it >> 1) & 1u;
+      const uint32_t sk = base + OFF_K + s * TILE_KV, sv = base + OFF_V + s * TILE_KV;
+
+      float sc[MT][NT][4];
+      qk_issue(sc[0], qa, sk, bar_kfull(bars, s), ph);
+      uint2 dmr = make_uint2(0u, 0u); /* the producer's words */
+      uint32_t dm[MT][DW];            /* or this thread's own */
+      if (drop && SDPA_MASK_BY_PRODUCER)
+        dmr = mask_load(base + OFF_MASK + s * MASK_STAGE, bar_mfull(bars, s),
+                        bar_mempty(bars, s), ph, ctid);
+      else if (drop)
+        drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
+      wg_wait0();
+      wg_fence_acc(sc[0], NT);
+      if (lane == 0) mbar_arrive(bar_kempty(bars, s));
+
+      const int full = n0 >= kb->lo1 && n0 + BN <= kb->hi0;
+      scores_pre(sc, prm, !prm->fold);
+      scores_post(sc, prm, kb, n0, t, !full);
+      softmax_step(sc, o, row_max, row_sum, prm->exp_mul);
+      uint32_t pa[PS][4];
+#pragma unroll
+      for (int ps = 0; ps < PS; ++ps) {
+        pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
+        if (drop && SDPA_MASK_BY_PRODUCER)
+          drop_packed_rows(pa[ps], dmr, ps);
+        else if (drop)
+          drop_packed(pa[ps], dm[0], ps);
+      }
+      pv_issue(o, pa, kb, n0, sv, bar_vfull(bars, s), ph, zero_tail, ctid);
+      pv_retire(o, bar_vempty(bars, s), lane);
     }
   }
 
   float lse2[MT][2];
-  softmax_final(w.row_sum, lse2, w.row_max, prm->exp_mul);
+  softmax_final(row_sum, lse2, row_max, prm->exp_mul);
   if (p->lse && t == 0) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -340,12 +356,12 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
    * the swizzled layout, then 16-byte stores of the rows inside the sequence */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const float l = w.row_sum[0][hf];
+    const float l = row_sum[0][hf];
     const float inv = l > 0.f ? prm->out_scale / l : 0.f;
     const int r = (warp & 3) * 16 + hf * 8 + g; /* row inside the warpgroup's 64 */
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
-      const uint32_t v = SDPA_PACK(w.o[0][dt][2 * hf] * inv, w.o[0][dt][2 * hf + 1] * inv);
+      const uint32_t v = SDPA_PACK(o[0][dt][2 * hf] * inv, o[0][dt][2 * hf + 1] * inv);
       const uint32_t addr =
           qa + (dt >> 3) * BM * ROWB + r * ROWB + (((dt & 7) ^ (r & 7)) << 4) + t * 4;
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
