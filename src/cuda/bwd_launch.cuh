@@ -23,8 +23,8 @@
  * the row's run function hands bias problems to its _bias instance. This
  * file #undef's the names and the row's fields at the end. A body with dQ
  * kernels (SDPA_BWD_DQ_KERNEL 1: the Hopper body's d split, bwd_dq_body,
- * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's dQ with them instead of with
- * dQ slices and the post kernel.
+ * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's
+ * dQ with them instead of with dQ slices and the post kernel.
  */
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0

@@ -123,6 +123,11 @@ __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return ba
 __device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bars + 72 + 8 * s; }
 __device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bars + 88 + 8 * s; }
 
+/* The ring stage of the block's it-th key tile, and the phase its stage's
+ * barriers complete in that tile (the K / V and mask rings: two stages). */
+__device__ __forceinline__ int ring_stage(int it) { return it & 1; }
+__device__ __forceinline__ uint32_t ring_phase(int it) { return (uint32_t)(it >> 1) & 1u; }
+
 /* One K or V tile (rows row0.., kv head hk, batch b) into the stage at dst once
  * its consumers freed it (the empty barrier's phase ph done), completing on
  * the stage's full barrier. */
@@ -162,8 +167,8 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
   }
   const uint32_t bh = (uint32_t)(kb->b * p->h + hh);
   for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
-    const int s = it & 1;
-    const uint32_t ph = (uint32_t)(it >> 1) & 1u;
+    const int s = ring_stage(it);
+    const uint32_t ph = ring_phase(it);
     if (ptid == 0)
       load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s),
                    bar_kempty(bars, s), ph, k0 + n * BN, hk, b);
@@ -245,8 +250,8 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
                                                   uint32_t bars, uint32_t qa, int n, int it,
                                                   int first, int zero_tail, int ctid) {
   const int lane = ctid & 31, t = lane & 3;
-  const int s = it & 1, n0 = n * BN, sp = s ^ 1;
-  const uint32_t ph = (uint32_t)(it >> 1) & 1u, php = (uint32_t)((it - 1) >> 1) & 1u;
+  const int s = ring_stage(it), n0 = n * BN, sp = s ^ 1;
+  const uint32_t ph = ring_phase(it), php = ring_phase(it - 1);
   float sc[MT][NT][4];
   qk_issue(sc[0], qa, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), ph);
   if (!first)
@@ -300,15 +305,18 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       for (int n = kb->n_begin + 1, it = 1; n < kb->n_end; ++n, ++it)
         consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, n, it, 0, zero_tail,
                           ctid);
-      const int s = (nt - 1) & 1; /* the last tile's P V */
+      /* the last tile's P V (its phase is ring_phase(nt - 1) written out:
+       * through the function NVVM reordered this epilogue, and the kernel's
+       * PTX would no longer be the measured one) */
+      const int s = ring_stage(nt - 1);
       pv_issue(o, pa, kb, (kb->n_end - 1) * BN, base + OFF_V + s * TILE_KV, bar_vfull(bars, s),
                (uint32_t)((nt - 1) >> 1) & 1u, zero_tail, ctid);
       pv_retire(o, bar_vempty(bars, s), lane);
     }
   } else {
     for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
-      const int s = it & 1, n0 = n * BN;
-      const uint32_t ph = (uint32_t)(it >> 1) & 1u;
+      const int s = ring_stage(it), n0 = n * BN;
+      const uint32_t ph = ring_phase(it);
       const uint32_t sk = base + OFF_K + s * TILE_KV, sv = base + OFF_V + s * TILE_KV;
 
       float sc[MT][NT][4];
