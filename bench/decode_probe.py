@@ -8,13 +8,16 @@ sdpa (through sdpa.forward, and sdpa_fwd on a descriptor built once: the
 library's own share) and torch CUDNN. --ws also times sdpa with a caller
 workspace (no stream-ordered allocation). --profile lists the kernels of a
 few eager calls with their device times and the gaps between them (torch
-profiler). --once runs each cell's sdpa call a few times and exits (for ncu:
-`ncu -k regex:'decode|merge' python3 bench/decode_probe.py --once`).
+profiler). --once runs each cell's sdpa call a few times (with --torch, then torch
+CUDNN's) and exits (for ncu: `ncu --csv ... python3 bench/decode_probe.py
+--once --torch | python3 bench/ncu_table.py`).
 --libs name=path,name=path,... compares builds of the library in one
 process, cell by cell on the same tensors (before / after a kernel change):
 each build's split count, eager and graph GB/s of the contiguous and page-16
-caches and of a head-major cache (k / v [b, 8, L, 128] storage seen as
-[b, L, 8, 128]: each kv head's rows contiguous), the largest output
+caches, of a head-major cache (k / v [b, 8, L, 128] storage seen as
+[b, L, 8, 128]: each kv head's rows contiguous) and, where the split count
+is > 1, of the contiguous cache called as a dense problem with that count
+forced (no cache_seqlens: what a length load costs), the largest output
 difference from the first build's on the same layout where not 0, and torch
 CUDNN on the contiguous and head-major storage.
 
@@ -107,6 +110,11 @@ def cell(b, L, splits, with_torch, once, with_ws=False, prof=False):
     if once:
         for _ in range(3):
             sdpa.forward(q, k, v, cache_seqlens=seqlens, out=out)
+        if with_torch:  # the same problem through torch CUDNN, for ncu side by side
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                for _ in range(3):
+                    F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
         torch.cuda.synchronize()
         return
     auto = split_count(q, k, v, seqlens, out)
@@ -155,10 +163,18 @@ def ab_cell(b, L, libs):
     refs, parts = {}, []
     for name, path in libs:
         use_library(path)
-        parts.append(f"{name}:splits={split_count(q, k, v, seqlens, out)}")
-        for lay, (kk, vv, tab) in layouts.items():
-            run = lambda kk=kk, vv=vv, tab=tab: sdpa.forward(q, kk, vv, cache_seqlens=seqlens,
-                                                             block_table=tab, out=out)
+        ns = split_count(q, k, v, seqlens, out)
+        parts.append(f"{name}:splits={ns}")
+        # "noseq": the contiguous cache as a dense problem with the same forced
+        # split count (no cache_seqlens load); only where the count is > 1
+        # (a forced count of 1 is the plain forward's)
+        lays = dict(layouts, **({"noseq": (k, v, "noseq")} if ns > 1 else {}))
+        for lay, (kk, vv, tab) in lays.items():
+            if tab == "noseq":
+                run = lambda ns=ns: sdpa.forward(q, k, v, num_splits=ns, out=out)
+            else:
+                run = lambda kk=kk, vv=vv, tab=tab: sdpa.forward(q, kk, vv, cache_seqlens=seqlens,
+                                                                 block_table=tab, out=out)
             e = bd.timed_gbps(run, nbytes, f"{name} {lay}")
             g = bd.timed_gbps(run, nbytes, f"{name} {lay}", graph=True)
             run()

@@ -29,8 +29,9 @@
  * page lookups and their copies all in flight at once; in the loop a tile's
  * copies are issued before the wait for the oldest tile (a full ring in
  * flight) and the page lookup for the tile after it one iteration early
- * (tiles never cross a page). At the end the
- * warps' (O, lse) merge exactly in shared memory (sdpa_merge_total); one
+ * (tiles never cross a page; an unpaged cache steps the offsets by a
+ * constant). At the end the warps' (O, lse) merge exactly in shared memory
+ * (sdpa_merge_total2, in base 2); one
  * split writes out and lse, several write fp32 partials that merge.cu
  * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
  * Score modifiers (softcap, alibi, causal / window / sequence end
@@ -118,26 +119,65 @@ __device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int
   return o;
 }
 
+/* The offsets of a warp's next tile, `rows` key rows after the tile at
+ * `prev`: a paged cache looks the page up (tiles never cross one); every
+ * other layout is linear in the key row within a sequence, so two adds. */
+__device__ __forceinline__ dec_kv_off kv_next_offsets(const sdpa_problem *p, int b, int hk, int j0,
+                                                      dec_kv_off prev, int rows) {
+  if (p->page_size > 0) return kv_tile_offsets(p, b, hk, j0);
+  prev.k += (int64_t)rows * p->k_st.ss;
+  prev.v += (int64_t)rows * p->v_st.ss;
+  return prev;
+}
+
+/* A lane's part of every tile copy, fixed for the kernel: it copies chunk c
+ * of rows r0, r0 + RPI, ... of K and of V, `bytes` of each (16 but at the
+ * end of a head dim that is not a multiple of 8). Worked out once, so a
+ * whole tile's copy is a base address and a cp.async a chunk at a constant
+ * step from it (until 2026-11-21 each chunk recomputed its row times the row
+ * stride in 64 bits, its bounds and a fallback pointer: about 290
+ * instructions a tile, most of a block's prologue at batch 1). */
+typedef struct dec_lane_copy {
+  int c, r0, bytes;
+} dec_lane_copy;
+
+__device__ __forceinline__ dec_lane_copy lane_copy_plan(const sdpa_problem *p, int lane) {
+  dec_lane_copy lc;
+  lc.c = lane % LPR;
+  lc.r0 = lane / LPR;
+  const int rem = (int)p->d - lc.c * 8;
+  lc.bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
+  return lc;
+}
+
 /* K and V rows [j0, j0 + BN) (at offsets off) into one stage; rows at or
  * past the sequence end sk are zero-filled and read nothing (their V must be
- * 0, not stale, since 0 * NaN is NaN). */
+ * 0, not stale, since 0 * NaN is NaN). A whole tile of whole chunks (every
+ * tile but a sequence's last, at d % 8 == 0) takes the short path. */
 __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *p, dec_kv_off off,
-                                             int j0, int sk, int lane) {
-  const uint16_t *kg = (const uint16_t *)p->k + off.k;
-  const uint16_t *vg = (const uint16_t *)p->v + off.v;
+                                             int j0, int sk, const dec_lane_copy *lc) {
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
-  const int c = lane % LPR, r0 = lane / LPR;
-  const int rem = (int)p->d - c * 8;
-  const int bytes = rem >= 8 ? 16 : rem > 0 ? rem * 2 : 0;
+  const uint16_t *kg = (const uint16_t *)p->k + off.k + lc->r0 * kss + lc->c * 8;
+  const uint16_t *vg = (const uint16_t *)p->v + off.v + lc->r0 * vss + lc->c * 8;
   const int valid = sk - j0;
   const uint32_t vdst = kdst + TILE_BYTES;
+  if (valid >= BN && lc->bytes == 16) {
+#pragma unroll
+    for (int it = 0; it < LOAD_IT; ++it) {
+      const int r = lc->r0 + it * RPI;
+      const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, lc->c)) * 16);
+      cp_async_16_full(kdst + off16, kg + it * RPI * kss);
+      cp_async_16_full(vdst + off16, vg + it * RPI * vss);
+    }
+    return;
+  }
 #pragma unroll
   for (int it = 0; it < LOAD_IT; ++it) {
-    const int r = r0 + it * RPI;
-    const int ok = r < valid && bytes > 0;
-    const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, c)) * 16);
-    cp_async_16(kdst + off16, ok ? (const void *)(kg + r * kss + c * 8) : p->k, ok ? bytes : 0);
-    cp_async_16(vdst + off16, ok ? (const void *)(vg + r * vss + c * 8) : p->v, ok ? bytes : 0);
+    const int r = lc->r0 + it * RPI;
+    const int ok = r < valid && lc->bytes > 0;
+    const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, lc->c)) * 16);
+    cp_async_16(kdst + off16, ok ? (const void *)(kg + it * RPI * kss) : p->k, ok ? lc->bytes : 0);
+    cp_async_16(vdst + off16, ok ? (const void *)(vg + it * RPI * vss) : p->v, ok ? lc->bytes : 0);
   }
 }
 
@@ -169,7 +209,16 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
   return v;
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS)
+/* At d = 64 an SM holds four blocks by shared memory; the launch bounds
+ * keep the registers there too (left alone, ptxas gave the kernel 146 on
+ * sm_80: three blocks). Above, no minimum: one changed ptxas's allocation
+ * (168 -> 208 registers at d = 128). */
+#if SDPA_HDIM <= 64
+#define DEC_BOUNDS __launch_bounds__(NTHREADS, 4)
+#else
+#define DEC_BOUNDS __launch_bounds__(NTHREADS)
+#endif
+extern "C" __global__ void DEC_BOUNDS
     SDPA_KERNEL(const __grid_constant__ sdpa_decode_params prm) {
   extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm.p;
@@ -199,8 +248,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   const int t_count = max(t_end - t_first, 0);
   const int ts = t_first + (int)((int64_t)t_count * split / prm.splits);
   const int te = t_first + (int)((int64_t)t_count * (split + 1) / prm.splits);
-  /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... */
+  /* this warp's tiles: ts + warp, ts + warp + NWARPS, ...; its n-th starts at key TILE_J0(n) */
   const int nmine = te - ts > warp ? (te - ts - warp + NWARPS - 1) / NWARPS : 0;
+#define TILE_J0(n_) ((ts + warp + (n_) * NWARPS) * BN)
   const uint32_t ring = s_q + SMEM_WARPS + (uint32_t)(warp * WARP_BYTES);
 
   /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
@@ -211,19 +261,21 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const int idx = tid + u * NTHREADS;
     qv[u] = load_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR);
   }
+  const dec_lane_copy lc = lane_copy_plan(p, lane);
   dec_kv_off first[STAGES - 1];
+  if (nmine > 0) first[0] = kv_tile_offsets(p, b, hk, TILE_J0(0));
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s)
-    if (s < nmine) first[s] = kv_tile_offsets(p, b, hk, (ts + warp + s * NWARPS) * BN);
+  for (int s = 1; s < STAGES - 1; ++s)
+    if (s < nmine) first[s] = kv_next_offsets(p, b, hk, TILE_J0(s), first[s - 1], NWARPS * BN);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nmine)
-      load_kv_tile(ring + s * STAGE_BYTES, p, first[s], (ts + warp + s * NWARPS) * BN, sk, lane);
+    if (s < nmine) load_kv_tile(ring + s * STAGE_BYTES, p, first[s], TILE_J0(s), sk, &lc);
     cp_async_commit();
   }
   /* the offsets of the tile the first iteration copies */
   dec_kv_off next = {0, 0};
-  if (STAGES - 1 < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (STAGES - 1) * NWARPS) * BN);
+  if (STAGES - 1 < nmine)
+    next = kv_next_offsets(p, b, hk, TILE_J0(STAGES - 1), first[STAGES - 2], NWARPS * BN);
   float *wlse = (float *)(smem + SMEM_Q); /* [NWARPS][BM]: each warp's row lse */
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
@@ -277,9 +329,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     __syncwarp();
     if (n + STAGES - 1 < nmine)
       load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, next,
-                   (ts + warp + (n + STAGES - 1) * NWARPS) * BN, sk, lane);
+                   TILE_J0(n + STAGES - 1), sk, &lc);
     cp_async_commit();
-    if (n + STAGES < nmine) next = kv_tile_offsets(p, b, hk, (ts + warp + (n + STAGES) * NWARPS) * BN);
+    if (n + STAGES < nmine) next = kv_next_offsets(p, b, hk, TILE_J0(n + STAGES), next, NWARPS * BN);
     if (STAGES == 3) /* this lane's copies of tile n landed (the two after it may fly) */
       cp_async_wait_2();
     else
@@ -288,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
     const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * CPR * 16);
     const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * CPR * 16);
-    const int j0 = (ts + warp + n * NWARPS) * BN;
+    const int j0 = TILE_J0(n);
 
     /* S = Q K^T (16 rows x 16 keys) */
     float s[2][4];
@@ -369,12 +421,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     const float l = quad_sum(row_sum[hf]);
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int r = g + 8 * hf;
+    if (m0 + r >= rows) continue; /* a padding row: the merge below reads none */
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       float2 v = make_float2(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
       *(float2 *)(ow + r * OSTRIDE + dt * 8 + 2 * t) = v;
     }
-    if (t == 0) wlse[warp * BM + r] = l > 0.f ? (row_max[hf] + log2f(l)) * SDPA_LN2 : INFINITY;
+    /* base-2 lse (the scores' domain; sdpa_merge_total2) */
+    if (t == 0) wlse[warp * BM + r] = l > 0.f ? row_max[hf] + log2f(l) : INFINITY;
   }
   __syncthreads();
 
@@ -383,13 +437,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
   for (int idx = tid; idx < BM * CPR; idx += NTHREADS) {
     const int r = idx / CPR, c = idx % CPR, row = m0 + r;
     if (row >= rows || c * 8 >= d) continue;
-    const float total = sdpa_merge_total(wlse + r, NWARPS, BM);
+    const float total2 = sdpa_merge_total2(wlse + r, NWARPS, BM);
+    const float total = total2 * SDPA_LN2; /* natural-log lse (+inf stays +inf) */
     float acc[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) acc[u] = 0.f;
 #pragma unroll
     for (int w = 0; w < NWARPS; ++w) {
-      const float wt = sdpa_merge_weight(wlse[w * BM + r], total);
+      const float wt = sdpa_merge_weight2(wlse[w * BM + r], total2);
       if (wt == 0.f) continue;
       const float4 *src = (const float4 *)(ow0 + w * (WARP_BYTES / 4) + r * OSTRIDE + c * 8);
       const float4 a0 = src[0], a1 = src[1];
@@ -489,6 +544,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 }
 
 #undef DEC_MMA
+#undef DEC_BOUNDS
+#undef TILE_J0
 #undef DEC_PACK
 #undef DEC_WORKSPACE
 #include "fwd_names_undef.cuh"

@@ -4,8 +4,8 @@
  * merge_states (merge.cu) and the host planning (decode_plan.cu) share: the
  * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
  * rotation of one element, the exact merge rule of partial (out, lse) rows
- * (total and weights: the warps of a decode block use it directly; merge.cu
- * walks the parts online with the same rule), and the host-side entry points
+ * (total and weights, in base 2: the warps of a decode block use it
+ * directly; merge.cu walks the parts online with the same rule), and the host-side entry points
  * of those files.
  * CUDA C only; included by .cu files.
  */
@@ -97,27 +97,31 @@ __device__ __forceinline__ float sdpa_rotary_elem(const sdpa_problem *p, const u
 
 /* ---- the exact merge -------------------------------------------------------------- */
 
-/* log(sum_k exp(lse_k)) over n parts (natural log); +inf parts are empty;
- * +inf when no part has mass. The same rule as the CPU's merge.c. */
-__device__ __forceinline__ float sdpa_merge_total(const float *lse, int64_t n, int64_t stride) {
+/* log2(sum_k 2^lse2_k) over n parts whose lse are in the base-2 domain of
+ * the kernels' scores (lse2 = lse / ln 2); +inf parts are empty; +inf when
+ * no part has mass. The rule of the CPU's merge.c, in base 2 so that each
+ * exponential and logarithm is one hardware approximation (exp2f / log2f)
+ * instead of expf / logf's longer sequences: a decode block merges its
+ * warps at its end, on its critical path. */
+__device__ __forceinline__ float sdpa_merge_total2(const float *lse2, int64_t n, int64_t stride) {
   float mx = -INFINITY;
   for (int64_t k = 0; k < n; ++k) {
-    const float l = lse[k * stride];
+    const float l = lse2[k * stride];
     if (l != INFINITY && l > mx) mx = l;
   }
   if (mx == -INFINITY) return INFINITY;
   float sum = 0.f;
   for (int64_t k = 0; k < n; ++k) {
-    const float l = lse[k * stride];
-    if (l != INFINITY) sum += expf(l - mx);
+    const float l = lse2[k * stride];
+    if (l != INFINITY) sum += exp2f(l - mx);
   }
-  return mx + logf(sum);
+  return mx + log2f(sum);
 }
 
-/* Weight exp(lse_k - total) of a part in the merged row (0: skip the part). */
-__device__ __forceinline__ float sdpa_merge_weight(float l, float total) {
+/* Weight 2^(lse2_k - total2) of a part in the merged row (0: skip the part). */
+__device__ __forceinline__ float sdpa_merge_weight2(float l, float total) {
   if (l == INFINITY || l == -INFINITY || total == INFINITY) return 0.f;
-  return expf(l - total);
+  return exp2f(l - total);
 }
 
 /* ---- host side ---------------------------------------------------------------------- */

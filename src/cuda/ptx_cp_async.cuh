@@ -20,6 +20,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int s
                "r"(src_bytes));
 }
 
+/* The same copy of 16 bytes that are all there (no source size: no bounds
+ * arithmetic at the call). */
+__device__ __forceinline__ void cp_async_16_full(uint32_t dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 /* The 4-byte form (cp.async.ca: .cg copies 16 bytes only); dst and src 4-byte
  * aligned, src_bytes 0 (zero-fill) or 4. */
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void *src, int src_bytes) {
