@@ -1,6 +1,7 @@
 /*
  * ptx_cp_async.cuh - asynchronous global -> shared copies (cp.async.cg, 16
- * bytes, L2 only; cp.async.ca, 4 bytes) and their group fences. Minimum
+ * bytes, L2 only, optionally with an L2 eviction policy; cp.async.ca, 4
+ * bytes) and their group fences. Minimum
  * arch: sm_80.
  *
  * Contract: dst (shared) and src (global) are 16-byte aligned. With src_bytes
@@ -20,10 +21,26 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int s
                "r"(src_bytes));
 }
 
-/* The same copy of 16 bytes that are all there (no source size: no bounds
- * arithmetic at the call). */
-__device__ __forceinline__ void cp_async_16_full(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+/* An L2 policy that marks lines evict-first: for data read once (a decoding
+ * step's KV cache), so the stream does not push out what is read again. */
+__device__ __forceinline__ uint64_t l2_policy_evict_first(void) {
+  uint64_t pol;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol)); /* pure: may be hoisted */
+  return pol;
+}
+
+/* cp_async_16 with an L2 policy (l2_policy_evict_first); the _full form
+ * copies 16 bytes that are all there (no source size: no bounds arithmetic
+ * at the call). */
+__device__ __forceinline__ void cp_async_16_l2(uint32_t dst, const void *src, int src_bytes,
+                                               uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes), "l"(pol));
+}
+
+__device__ __forceinline__ void cp_async_16_full_l2(uint32_t dst, const void *src, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "l"(pol));
 }
 
 /* The 4-byte form (cp.async.ca: .cg copies 16 bytes only); dst and src 4-byte
