@@ -119,14 +119,21 @@ __device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int
   return o;
 }
 
-/* The offsets of a warp's next tile, `rows` key rows after the tile at
- * `prev`: a paged cache looks the page up (tiles never cross one); every
- * other layout is linear in the key row within a sequence, so two adds. */
+/* First key of a warp's n-th tile: the split's tiles from ts are dealt
+ * round-robin to the warps. */
+__device__ __forceinline__ int tile_key0(int ts, int warp, int n) {
+  return (ts + warp + n * NWARPS) * BN;
+}
+
+/* The offsets of a warp's next tile (key j0, NWARPS * BN rows after its
+ * tile at `prev`): a paged cache looks the page up (tiles never cross one);
+ * every other layout is linear in the key row within a sequence, so two
+ * adds. */
 __device__ __forceinline__ dec_kv_off kv_next_offsets(const sdpa_problem *p, int b, int hk, int j0,
-                                                      dec_kv_off prev, int rows) {
+                                                      dec_kv_off prev) {
   if (p->page_size > 0) return kv_tile_offsets(p, b, hk, j0);
-  prev.k += (int64_t)rows * p->k_st.ss;
-  prev.v += (int64_t)rows * p->v_st.ss;
+  prev.k += (int64_t)(NWARPS * BN) * p->k_st.ss;
+  prev.v += (int64_t)(NWARPS * BN) * p->v_st.ss;
   return prev;
 }
 
@@ -179,8 +186,10 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
     const int r = lc->r0 + it * RPI;
     const int ok = r < valid && lc->bytes > 0;
     const uint32_t off16 = (uint32_t)((r * CPR + dswz(r, lc->c)) * 16);
-    cp_async_16_l2(kdst + off16, ok ? (const void *)(kg + it * RPI * kss) : p->k, ok ? lc->bytes : 0, pol);
-    cp_async_16_l2(vdst + off16, ok ? (const void *)(vg + it * RPI * vss) : p->v, ok ? lc->bytes : 0, pol);
+    cp_async_16_l2(kdst + off16, ok ? (const void *)(kg + it * RPI * kss) : p->k,
+                   ok ? lc->bytes : 0, pol);
+    cp_async_16_l2(vdst + off16, ok ? (const void *)(vg + it * RPI * vss) : p->v,
+                   ok ? lc->bytes : 0, pol);
   }
 }
 
@@ -251,9 +260,8 @@ extern "C" __global__ void DEC_BOUNDS
   const int t_count = max(t_end - t_first, 0);
   const int ts = t_first + (int)((int64_t)t_count * split / prm.splits);
   const int te = t_first + (int)((int64_t)t_count * (split + 1) / prm.splits);
-  /* this warp's tiles: ts + warp, ts + warp + NWARPS, ...; its n-th starts at key TILE_J0(n) */
+  /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... (tile_key0) */
   const int nmine = te - ts > warp ? (te - ts - warp + NWARPS - 1) / NWARPS : 0;
-#define TILE_J0(n_) ((ts + warp + (n_) * NWARPS) * BN)
   const uint32_t ring = s_q + SMEM_WARPS + (uint32_t)(warp * WARP_BYTES);
 
   /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
@@ -266,19 +274,20 @@ extern "C" __global__ void DEC_BOUNDS
   }
   const dec_lane_copy lc = lane_copy_plan(p, lane);
   dec_kv_off first[STAGES - 1];
-  if (nmine > 0) first[0] = kv_tile_offsets(p, b, hk, TILE_J0(0));
+  if (nmine > 0) first[0] = kv_tile_offsets(p, b, hk, tile_key0(ts, warp, 0));
 #pragma unroll
   for (int s = 1; s < STAGES - 1; ++s)
-    if (s < nmine) first[s] = kv_next_offsets(p, b, hk, TILE_J0(s), first[s - 1], NWARPS * BN);
+    if (s < nmine) first[s] = kv_next_offsets(p, b, hk, tile_key0(ts, warp, s), first[s - 1]);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nmine) load_kv_tile(ring + s * STAGE_BYTES, p, first[s], TILE_J0(s), sk, &lc);
+    if (s < nmine)
+      load_kv_tile(ring + s * STAGE_BYTES, p, first[s], tile_key0(ts, warp, s), sk, &lc);
     cp_async_commit();
   }
   /* the offsets of the tile the first iteration copies */
   dec_kv_off next = {0, 0};
   if (STAGES - 1 < nmine)
-    next = kv_next_offsets(p, b, hk, TILE_J0(STAGES - 1), first[STAGES - 2], NWARPS * BN);
+    next = kv_next_offsets(p, b, hk, tile_key0(ts, warp, STAGES - 1), first[STAGES - 2]);
   float *wlse = (float *)(smem + SMEM_Q); /* [NWARPS][BM]: each warp's row lse */
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
@@ -332,9 +341,9 @@ extern "C" __global__ void DEC_BOUNDS
     __syncwarp();
     if (n + STAGES - 1 < nmine)
       load_kv_tile(ring + ((n + STAGES - 1) % STAGES) * STAGE_BYTES, p, next,
-                   TILE_J0(n + STAGES - 1), sk, &lc);
+                   tile_key0(ts, warp, n + STAGES - 1), sk, &lc);
     cp_async_commit();
-    if (n + STAGES < nmine) next = kv_next_offsets(p, b, hk, TILE_J0(n + STAGES), next, NWARPS * BN);
+    if (n + STAGES < nmine) next = kv_next_offsets(p, b, hk, tile_key0(ts, warp, n + STAGES), next);
     if (STAGES == 3) /* this lane's copies of tile n landed (the two after it may fly) */
       cp_async_wait_2();
     else
@@ -343,7 +352,7 @@ extern "C" __global__ void DEC_BOUNDS
     const uint32_t sk_tile = ring + (n % STAGES) * STAGE_BYTES;
     const uint32_t sk_lane = sk_tile + (uint32_t)(k_row * CPR * 16);
     const uint32_t sv_lane = sk_tile + TILE_BYTES + (uint32_t)(v_row * CPR * 16);
-    const int j0 = TILE_J0(n);
+    const int j0 = tile_key0(ts, warp, n);
 
     /* S = Q K^T (16 rows x 16 keys) */
     float s[2][4];
@@ -548,7 +557,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
 #undef DEC_MMA
 #undef DEC_BOUNDS
-#undef TILE_J0
 #undef DEC_PACK
 #undef DEC_WORKSPACE
 #include "fwd_names_undef.cuh"

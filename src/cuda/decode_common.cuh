@@ -5,8 +5,8 @@
  * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
  * rotation of one element, the exact merge rule of partial (out, lse) rows
  * (total and weights, in base 2: the warps of a decode block use it
- * directly; merge.cu walks the parts online with the same rule), and the host-side entry points
- * of those files.
+ * directly; merge.cu walks the parts online with the same rule), and the
+ * host-side entry points of those files.
  * CUDA C only; included by .cu files.
  */
 #ifndef SDPA_DECODE_COMMON_CUH
@@ -119,9 +119,9 @@ __device__ __forceinline__ float sdpa_merge_total2(const float *lse2, int64_t n,
 }
 
 /* Weight 2^(lse2_k - total2) of a part in the merged row (0: skip the part). */
-__device__ __forceinline__ float sdpa_merge_weight2(float l, float total) {
-  if (l == INFINITY || l == -INFINITY || total == INFINITY) return 0.f;
-  return exp2f(l - total);
+__device__ __forceinline__ float sdpa_merge_weight2(float l, float total2) {
+  if (l == INFINITY || l == -INFINITY || total2 == INFINITY) return 0.f;
+  return exp2f(l - total2);
 }
 
 /* ---- host side ---------------------------------------------------------------------- */

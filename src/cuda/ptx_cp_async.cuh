@@ -25,7 +25,8 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int s
  * step's KV cache), so the stream does not push out what is read again. */
 __device__ __forceinline__ uint64_t l2_policy_evict_first(void) {
   uint64_t pol;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol)); /* pure: may be hoisted */
+  /* not volatile: pure, so the compiler may hoist it out of a loop */
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
   return pol;
 }
 
@@ -39,8 +40,8 @@ __device__ __forceinline__ void cp_async_16_l2(uint32_t dst, const void *src, in
 }
 
 __device__ __forceinline__ void cp_async_16_full_l2(uint32_t dst, const void *src, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "l"(pol));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "l"(pol));
 }
 
 /* The 4-byte form (cp.async.ca: .cg copies 16 bytes only); dst and src 4-byte
