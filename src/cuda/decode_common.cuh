@@ -32,6 +32,36 @@
 #define SDPA_DECODE_MAX_SPLITS 128
 #define SDPA_DECODE_MAX_FORCED 256
 
+/* ---- division by a launch constant ---------------------------------------------- */
+
+/* n / d for 0 <= n < 2^31, 1 <= d < 2^31, as a multiply-high, an add and a
+ * shift with m and l worked out on the host (Granlund and Montgomery,
+ * "Division by invariant integers using multiplication", 1994: l =
+ * ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1; n < 2^31 keeps the add in
+ * 32 bits). A decode block divides its index by the split count, the query
+ * blocks and h_k, and its query rows by the group: as plain divisions, each
+ * an I2F / MUFU.RCP / F2I chain of about 25 dependent instructions, nine of
+ * them at d = 128 before the first copy (ncu source counters, 2026-11-21). */
+typedef struct sdpa_fastdiv {
+  uint32_t d, mul, shift;
+} sdpa_fastdiv;
+
+static inline __host__ sdpa_fastdiv sdpa_fastdiv_make(uint32_t d) {
+  sdpa_fastdiv f;
+  f.d = d > 0 ? d : 1;
+  f.shift = 0;
+  while ((1ull << f.shift) < f.d) ++f.shift;
+  f.mul = (uint32_t)(((1ull << 32) * ((1ull << f.shift) - f.d)) / f.d + 1);
+  return f;
+}
+
+/* n / f.d; *rem = n % f.d */
+__device__ __forceinline__ int sdpa_divmod(int n, sdpa_fastdiv f, int *rem) {
+  const uint32_t q = (__umulhi((uint32_t)n, f.mul) + (uint32_t)n) >> f.shift;
+  *rem = n - (int)(q * f.d);
+  return (int)q;
+}
+
 /* Passed by value (__grid_constant__) to every decode kernel. */
 typedef struct sdpa_decode_params {
   sdpa_problem p;
@@ -43,6 +73,7 @@ typedef struct sdpa_decode_params {
   float softcap_post; /* softcap * log2(e) */
   int has_softcap;
   int q_vec;          /* q rows unrotated and 16-byte aligned: whole chunks load as vectors */
+  sdpa_fastdiv div_splits, div_m_blocks, div_h_k, div_group; /* by splits, m_blocks, h_k, group */
   float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
   float *part_lse;    /* splits > 1: [splits, b, s_q, h] natural-log lse, +inf empty */
 } sdpa_decode_params;
