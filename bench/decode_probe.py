@@ -3,9 +3,9 @@
 GB/s of K/V read). For each cell b x L it prints sdpa's split count (read
 back from the workspace size), eager and CUDA-graph GB/s at each split count
 asked for (0 = the heuristic's), and with --torch the same for torch CUDNN.
---host times eager calls on a 16-token cache: the host cost of one call, for
-sdpa (through sdpa.forward, and sdpa_fwd on a descriptor built once: the
-library's own share) and torch CUDNN. --ws also times sdpa with a caller
+--host times eager calls on a 16- and a 4096-token cache (one split, 32): the
+host cost of one call, for sdpa (through sdpa.forward, and sdpa_fwd on a
+descriptor built once: the library's own share) and torch CUDNN. --ws also times sdpa with a caller
 workspace (no stream-ordered allocation). --profile lists the kernels of a
 few eager calls with their device times and the gaps between them (torch
 profiler). --once runs each cell's sdpa call a few times (with --torch, then torch
@@ -193,7 +193,12 @@ def ab_cell(b, L, libs):
 
 
 def host_cost():
-    b, L = 1, 16
+    """At L = 16 (one split: no workspace) and L = 4096 (32 splits: a workspace)."""
+    for L in (16, 4096):
+        host_cost_at(1, L)
+
+
+def host_cost_at(b, L):
     q = torch.randn(b, 1, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
@@ -216,7 +221,7 @@ def host_cost():
             fn()
         t1 = time.perf_counter()
         torch.cuda.synchronize()
-        print(f"host cost per call ({name}, b=1 L=16, eager): {(t1 - t0) / n * 1e6:.1f} us",
+        print(f"host cost per call ({name}, b={b} L={L}, eager): {(t1 - t0) / n * 1e6:.1f} us",
               flush=True)
 
 
