@@ -175,6 +175,7 @@ typedef struct sdpa_merge_args {
   int64_t lo_sb, lo_si, lo_sh;
   int wpr;  /* set by sdpa_cuda_merge_launch: warps per row */
   int vec4; /* ... and: fp32 parts with 16-byte aligned rows */
+  int o_vec; /* ... and: output rows aligned to 4 elements (16 / 8 bytes) */
 } sdpa_merge_args;
 
 /* What an instance tells the planner about itself. */

@@ -44,6 +44,19 @@ __device__ __forceinline__ float4 merge_load4(const sdpa_merge_args *a, int64_t 
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+/* Columns e .. e + 3 of an output row at element idx, all there and aligned
+ * (a.o_vec): one 16-byte (fp32) or 8-byte (16-bit) store, rounded as
+ * sdpa_store_f rounds each. */
+__device__ __forceinline__ void merge_store4(const sdpa_merge_args *a, int64_t idx, const float v[4]) {
+  if (a->out_dtype == SDPA_DTYPE_F32) {
+    *(float4 *)((float *)a->out + idx) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if (a->out_dtype == SDPA_DTYPE_BF16) {
+    *(uint2 *)((uint16_t *)a->out + idx) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+  } else {
+    *(uint2 *)((uint16_t *)a->out + idx) = make_uint2(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]));
+  }
+}
+
 __device__ __forceinline__ void f4_fma(float4 *acc, float w, float4 x) {
   acc->x += w * x.x;
   acc->y += w * x.y;
@@ -72,8 +85,16 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
   const float *lse = a.lse_parts + bb * a.l_sb + i * a.l_si + hh * a.l_sh;
   const int64_t pbase = bb * a.p_sb + i * a.p_si + hh * a.p_sh;
   const int64_t obase = bb * a.o_sb + i * a.o_si + hh * a.o_sh;
-  /* this slice's parts: k = slice + wpr * j, 0 <= j < ns */
+  /* this slice's parts: k = slice + wpr * j, 0 <= j < ns; part j's lse at
+   * lse_s[j * l_step], its out row at element p_s + j * p_step */
   const int64_t ns = live && slice < a.n ? (a.n - slice + wpr - 1) / wpr : 0;
+  const float *lse_s = lse + slice * a.l_sn;
+  const int64_t l_step = wpr * a.l_sn, p_step = wpr * a.p_sn, p_s = pbase + slice * a.p_sn;
+  /* Everything above runs before the wait, overlapping the attention
+   * kernel's tail under a programmatic launch; after it, a part costs a
+   * pointer step and its loads (until 2026-11-21 each part recomputed its
+   * 64-bit index and chose between the vector and the element path: about
+   * 680 instructions a warp after the wait at 32 parts, d = 128, ncu). */
   griddep_wait(); /* the parts are the previous kernel's output */
   float m = -INFINITY, s = 0.f;
   const int64_t d_pass = a.d > 0 ? a.d : 1; /* one pass even at d = 0: the lse */
@@ -82,17 +103,25 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     m = -INFINITY;
     s = 0.f;
+    /* whole aligned fp32 columns: plain vector loads (the decode combine) */
+    const int vec = a.vec4 && e + 4 <= a.d;
     for (int64_t j0 = 0; j0 < ns; j0 += MERGE_CHUNK) {
       float4 x[MERGE_CHUNK];
       float l[MERGE_CHUNK];
+      if (vec) {
+        const float *xp = (const float *)a.parts + p_s + j0 * p_step + e;
 #pragma unroll
-      for (int q = 0; q < MERGE_CHUNK; ++q) {
-        const int64_t k = slice + wpr * (j0 + q);
-        const int in = j0 + q < ns;
-        x[q] = in && e < a.d ? merge_load4(&a, pbase + k * a.p_sn + e, e)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
-        l[q] = in ? lse[k * a.l_sn] : INFINITY;
+        for (int q = 0; q < MERGE_CHUNK; ++q, xp += p_step)
+          x[q] = j0 + q < ns ? *(const float4 *)xp : make_float4(0.f, 0.f, 0.f, 0.f);
+      } else {
+#pragma unroll
+        for (int q = 0; q < MERGE_CHUNK; ++q)
+          x[q] = j0 + q < ns && e < a.d ? merge_load4(&a, p_s + (j0 + q) * p_step + e, e)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
       }
+      const float *lp = lse_s + j0 * l_step;
+#pragma unroll
+      for (int q = 0; q < MERGE_CHUNK; ++q, lp += l_step) l[q] = j0 + q < ns ? *lp : INFINITY;
       float mc = m;
 #pragma unroll
       for (int q = 0; q < MERGE_CHUNK; ++q)
@@ -135,9 +164,13 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
     if (live && slice == 0) {
       const float inv = s > 0.f ? 1.f / s : 0.f;
       const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+      if (a.o_vec && e + 4 <= a.d) {
+        merge_store4(&a, obase + e, v);
+      } else {
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (e + u < a.d) sdpa_store_f(a.out, a.out_dtype, obase + e + u, v[u]);
+        for (int u = 0; u < 4; ++u)
+          if (e + u < a.d) sdpa_store_f(a.out, a.out_dtype, obase + e + u, v[u]);
+      }
     }
   }
   if (a.lse && live && slice == 0 && lane == 0)
@@ -166,6 +199,10 @@ sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream
   k.wpr = merge_wpr(a->n);
   k.vec4 = a->parts_dtype == SDPA_DTYPE_F32 && ((uintptr_t)a->parts & 15) == 0 &&
            a->p_sn % 4 == 0 && a->p_sb % 4 == 0 && a->p_si % 4 == 0 && a->p_sh % 4 == 0;
+  /* 4 columns a store: rows (and the base) aligned to 4 elements */
+  const size_t osz = a->out_dtype == SDPA_DTYPE_F32 ? 16 : 8;
+  k.o_vec = ((uintptr_t)a->out & (osz - 1)) == 0 && a->o_sb % 4 == 0 && a->o_si % 4 == 0 &&
+            a->o_sh % 4 == 0;
   const int rows_per_block = MERGE_WARPS / k.wpr;
   cudaLaunchConfig_t cfg; /* every field set below */
   cfg.gridDim.x = (unsigned)((rows + rows_per_block - 1) / rows_per_block);
