@@ -33,7 +33,7 @@
  * flight) and the page lookup for the tile after it one iteration early
  * (tiles never cross a page; an unpaged cache steps the offsets by a
  * constant). At the end the warps' (O, lse) merge exactly in shared memory
- * (sdpa_merge_total2, in base 2); one
+ * (sdpa_merge_weights2, in base 2); one
  * split writes out and lse, several write fp32 partials that merge.cu
  * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
  * Score modifiers (softcap, alibi, causal / window / sequence end
@@ -449,7 +449,7 @@ extern "C" __global__ void DEC_BOUNDS
       float2 v = make_float2(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
       *(float2 *)(ow + r * OSTRIDE + dt * 8 + 2 * t) = v;
     }
-    /* base-2 lse (the scores' domain; sdpa_merge_total2) */
+    /* base-2 lse (the scores' domain; sdpa_merge_weights2) */
     if (t == 0) wlse[warp * BM + r] = l > 0.f ? row_max[hf] + log2f(l) : INFINITY;
   }
   __syncthreads();
@@ -459,14 +459,14 @@ extern "C" __global__ void DEC_BOUNDS
   for (int idx = tid; idx < BM * CPR; idx += NTHREADS) {
     const int r = idx / CPR, c = idx % CPR, row = m0 + r;
     if (row >= rows || c * 8 >= d) continue;
-    const float total2 = sdpa_merge_total2(wlse + r, NWARPS, BM);
-    const float total = total2 * SDPA_LN2; /* natural-log lse (+inf stays +inf) */
+    float wts[NWARPS];
+    const float total2 = sdpa_merge_weights2(wlse + r, NWARPS, BM, wts);
     float acc[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) acc[u] = 0.f;
 #pragma unroll
     for (int w = 0; w < NWARPS; ++w) {
-      const float wt = sdpa_merge_weight2(wlse[w * BM + r], total2);
+      const float wt = wts[w];
       if (wt == 0.f) continue;
       const float4 *src = (const float4 *)(ow0 + w * (WARP_BYTES / 4) + r * OSTRIDE + c * 8);
       const float4 a0 = src[0], a1 = src[1];
@@ -486,13 +486,13 @@ extern "C" __global__ void DEC_BOUNDS
       store_chunk16(dst, make_uint4(DEC_PACK(acc[0], acc[1]), DEC_PACK(acc[2], acc[3]),
                                     DEC_PACK(acc[4], acc[5]), DEC_PACK(acc[6], acc[7])),
                     d - c * 8);
-      if (p->lse && c == 0) p->lse[sdpa_lse_offset(p, b, i, hh)] = total;
+      if (p->lse && c == 0) p->lse[sdpa_lse_offset(p, b, i, hh)] = total2 * SDPA_LN2;
     } else {
       const int64_t prow = (((int64_t)split * p->b + b) * sq + i) * p->h + hh;
       float4 *dst = (float4 *)(prm.part_out + prow * HD + c * 8);
       dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (c == 0) prm.part_lse[prow] = total;
+      if (c == 0) prm.part_lse[prow] = total2 * SDPA_LN2; /* natural log; +inf stays */
     }
   }
 }
