@@ -614,6 +614,11 @@ int main(int argc, char **argv) {
     c.rotary_dim = 64;
     run_case(&c);
     run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_BF16, 3, 5, 4, 72);
+    run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F16, 5, 2, 3, 30);
+    c = dbase("small GQA 6/3 (group 2) h_k 3", SDPA_DTYPE_F16, 2, 6, 3, 2, 1, 64, 150);
+    c.page = 16;
+    c.splits = 3;
+    run_case(&c);
     return test_summary();
   }
 
@@ -694,6 +699,21 @@ int main(int argc, char **argv) {
   c = dbase("empty caches, no append", SDPA_DTYPE_F16, 1, 4, 1, 3, 0, 64, 64);
   c.zero_seqlen = 1;
   run_case(&c);
+  /* groups and kv heads that are not powers of two: the kernel divides its
+   * block index and query rows by host-computed multipliers (sdpa_divmod),
+   * which are plain shifts for powers of two */
+  c = dbase("GQA 12/4 (group 3) paged 16 + append", SDPA_DTYPE_BF16, 2, 12, 4, 2, 1, 128, 700);
+  c.page = 16;
+  c.causal = 1;
+  c.splits = 5;
+  run_case(&c);
+  c = dbase("GQA 15/3 (group 5) s_q 7 contiguous", SDPA_DTYPE_F16, 3, 15, 3, 7, 0, 64, 500);
+  c.causal = 1;
+  c.splits = 3;
+  run_case(&c);
+  c = dbase("h 6 / h_k 6 split sweep", SDPA_DTYPE_BF16, 1, 6, 6, 1, 0, 128, 1300);
+  c.sweep = 1;
+  run_case(&c);
   /* split counts */
   c = dbase("split sweep paged 16 + append + rotary", SDPA_DTYPE_BF16, 2, 8, 2, 1, 1, 128, 3000);
   c.page = 16;
@@ -739,5 +759,8 @@ int main(int argc, char **argv) {
   run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 4, 7, 3, 64);
   run_merge(SDPA_DTYPE_BF16, SDPA_DTYPE_F16, 1, 5, 2, 300);
   run_merge(SDPA_DTYPE_F16, SDPA_DTYPE_BF16, 9, 3, 8, 128);
+  /* d % 4 != 0: parts and out rows not 4-element aligned, the element paths */
+  run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 6, 3, 5, 30);
+  run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_BF16, 33, 2, 3, 30);
   return test_summary();
 }
