@@ -208,7 +208,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
   if (row >= prm->rows || c * 8 >= d) return v;
   int gi;
-  const int i = sdpa_divmod(row, prm->div_group, &gi), hh = hk * prm->group + gi;
+  const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
   const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
   if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
   const int64_t pos = p->rotary_dim > 0 ? (int64_t)p->cache_seqlens[b] + i : 0;
@@ -240,10 +240,10 @@ extern "C" __global__ void DEC_BOUNDS
   const int g = lane >> 2, t = lane & 3;
   /* blockIdx.x = ((b * h_k + hk) * m_blocks + mb) * splits + split */
   int split, mb, hk;
-  const int b = sdpa_divmod(sdpa_divmod(sdpa_divmod((int)blockIdx.x, prm.div_splits, &split),
-                                        prm.div_m_blocks, &mb),
-                            prm.div_h_k, &hk);
-  const int G = prm.group, rows = prm.rows;
+  const int b = sdpa_divmod(sdpa_divmod(sdpa_divmod((int)blockIdx.x, prm.splits, &split),
+                                        prm.m_blocks, &mb),
+                            prm.h_k, &hk);
+  const int G = (int)prm.group.d, rows = prm.rows;
   const int m0 = mb * BM;
   const int sq = (int)p->s_q;
   const int sk = (int)sdpa_seq_len_k(p, b);
@@ -255,14 +255,14 @@ extern "C" __global__ void DEC_BOUNDS
   /* ---- the split's key tiles: those some query row of the block sees (its
    * packed rows m0 .. m0 + BM - 1 are query rows i0 .. i1) ---- */
   int gr;
-  const int i0 = sdpa_divmod(m0, prm.div_group, &gr);
-  const int i1 = sdpa_divmod(min(m0 + BM, rows) - 1, prm.div_group, &gr);
+  const int i0 = sdpa_divmod(m0, prm.group, &gr);
+  const int i1 = sdpa_divmod(min(m0 + BM, rows) - 1, prm.group, &gr);
   int t_first, t_end;
   sdpa_key_tiles(p, i0, i1 - i0 + 1, BN, sq, sk, &t_first, &t_end);
   const int t_count = max(t_end - t_first, 0);
   /* t_count / splits tiles a split, one more for the first t_count % splits */
   int t_rem;
-  const int t_per = sdpa_divmod(t_count, prm.div_splits, &t_rem);
+  const int t_per = sdpa_divmod(t_count, prm.splits, &t_rem);
   const int ts = t_first + split * t_per + min(split, t_rem);
   const int te = ts + t_per + (split < t_rem);
   /* this warp's tiles: ts + warp, ts + warp + NWARPS, ... (tile_key0) */
@@ -310,7 +310,7 @@ extern "C" __global__ void DEC_BOUNDS
     slope2[hf] = 0.f;
     if (row < rows) {
       int gi;
-      const int i = sdpa_divmod(row, prm.div_group, &gi), hh = hk * G + gi;
+      const int i = sdpa_divmod(row, prm.group, &gi), hh = hk * G + gi;
       int64_t lo, hi;
       sdpa_key_range(p, i, sq, sk, &lo, &hi);
       rlo[hf] = (int)lo;
@@ -480,8 +480,8 @@ extern "C" __global__ void DEC_BOUNDS
       acc[7] += wt * a1.w;
     }
     int gi;
-    const int i = sdpa_divmod(row, prm.div_group, &gi), hh = hk * G + gi;
-    if (prm.splits == 1) {
+    const int i = sdpa_divmod(row, prm.group, &gi), hh = hk * G + gi;
+    if (prm.splits.d == 1) {
       uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh) + c * 8;
       store_chunk16(dst, make_uint4(DEC_PACK(acc[0], acc[1]), DEC_PACK(acc[2], acc[3]),
                                     DEC_PACK(acc[4], acc[5]), DEC_PACK(acc[6], acc[7])),

@@ -65,15 +65,17 @@ __device__ __forceinline__ int sdpa_divmod(int n, sdpa_fastdiv f, int *rem) {
 /* Passed by value (__grid_constant__) to every decode kernel. */
 typedef struct sdpa_decode_params {
   sdpa_problem p;
-  int group;          /* h / h_k: query heads packed per kv head */
+  /* the divisors (d) and their multipliers: the block index is divided by
+   * splits, m_blocks and h_k, packed query rows by group */
+  sdpa_fastdiv group;    /* h / h_k: query heads packed per kv head */
+  sdpa_fastdiv m_blocks; /* ceil(rows / BLOCK_M) */
+  sdpa_fastdiv splits;   /* key splits (1: the kernel writes out and lse itself) */
+  sdpa_fastdiv h_k;
   int rows;           /* group * s_q: packed query rows of one (batch, kv head) */
-  int m_blocks;       /* ceil(rows / BLOCK_M) */
-  int splits;         /* key splits (1: the kernel writes out and lse itself) */
   float score_mul;    /* scale * log2(e); with softcap 2 * log2(e) * scale / softcap */
   float softcap_post; /* softcap * log2(e) */
   int has_softcap;
   int q_vec;          /* q rows unrotated and 16-byte aligned: whole chunks load as vectors */
-  sdpa_fastdiv div_splits, div_m_blocks, div_h_k, div_group; /* by splits, m_blocks, h_k, group */
   float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
   float *part_lse;    /* splits > 1: [splits, b, s_q, h] natural-log lse, +inf empty */
 } sdpa_decode_params;

@@ -122,19 +122,16 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
 
   sdpa_decode_params prm;
   prm.p = *p;
-  prm.group = (int)group;
   prm.rows = (int)rows;
-  prm.m_blocks = (int)m_blocks;
-  prm.splits = splits;
   prm.has_softcap = p->softcap > 0.f;
   sdpa_score_consts(p, &prm.score_mul, &prm.softcap_post);
   /* q rows are 16-byte aligned here (the decode rows refuse unaligned
      problems), so unrotated q loads whole 16-byte chunks */
   prm.q_vec = p->rotary_dim == 0;
-  prm.div_splits = sdpa_fastdiv_make((uint32_t)splits);
-  prm.div_m_blocks = sdpa_fastdiv_make((uint32_t)m_blocks);
-  prm.div_h_k = sdpa_fastdiv_make((uint32_t)p->h_k);
-  prm.div_group = sdpa_fastdiv_make((uint32_t)group);
+  prm.splits = sdpa_fastdiv_make((uint32_t)splits);
+  prm.m_blocks = sdpa_fastdiv_make((uint32_t)m_blocks);
+  prm.h_k = sdpa_fastdiv_make((uint32_t)p->h_k);
+  prm.group = sdpa_fastdiv_make((uint32_t)group);
   prm.part_out = NULL;
   prm.part_lse = NULL;
 
