@@ -34,14 +34,16 @@
  * (tiles never cross a page; an unpaged cache steps the offsets by a
  * constant). At the end the warps' (O, lse) merge exactly in shared memory
  * (sdpa_merge_weights2, in base 2); one
- * split writes out and lse, several write fp32 partials that merge.cu
- * combines (launched as a programmatic dependent: see ptx_griddep.cuh).
+ * split writes out and lse, several write fp32 partials that the
+ * instance's combine merges (decode_combine.cuh: a second kernel, launched
+ * as this one's programmatic dependent, see ptx_griddep.cuh).
  * Score modifiers (softcap, alibi, causal / window / sequence end
  * as each row's visible key range) are applied on every tile: cheap next to
  * the loads that bound this kernel.
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -248,7 +250,7 @@ extern "C" __global__ void DEC_BOUNDS
   const int sq = (int)p->s_q;
   const int sk = (int)sdpa_seq_len_k(p, b);
   const int d = (int)p->d;
-  /* the combine (merge.cu) may be scheduled now: it waits for this grid */
+  /* the combine (decode_combine.cuh) may be scheduled now: it waits for this grid */
   griddep_launch_dependents();
 
   const uint32_t s_q = smem_u32(smem);
@@ -492,10 +494,13 @@ extern "C" __global__ void DEC_BOUNDS
       float4 *dst = (float4 *)(prm.part_out + prow * HD + c * 8);
       dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
       dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      if (c == 0) prm.part_lse[prow] = total2 * SDPA_LN2; /* natural log; +inf stays */
+      /* base 2, -inf for a split that saw no key (decode_combine.cuh) */
+      if (c == 0) prm.part_lse[prow] = total2 == INFINITY ? -INFINITY : total2;
     }
   }
 }
+
+#include "decode_combine.cuh"
 
 /* ---- host launch -------------------------------------------------------------- */
 
@@ -537,6 +542,30 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_decode_param
   return SDPA_OK;
 }
 
+/* The combine, as the attention kernel's programmatic dependent on sm_90
+ * (it waits for that kernel's partials; launched plainly elsewhere). */
+static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine)(const sdpa_decode_params *prm,
+                                                                unsigned grid, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(CB_THREADS);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = sdpa_cuda_arch() >= 90;
+  void *args[1] = {(void *)prm};
+  cudaError_t e = cudaLaunchKernelExC(&cfg, (const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine), args);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: combine kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
+                     cudaGetErrorString(e));
+  return SDPA_OK;
+}
+
 static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
   sdpa_decode_shape sh;
   sh.name = SDPA_STR(SDPA_KERNEL_NAME);
@@ -563,7 +592,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-  return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch));
+  return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
+                             SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
 #undef DEC_MMA

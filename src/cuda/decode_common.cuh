@@ -1,12 +1,12 @@
 /*
  * decode_common.cuh - what the split-KV decoding forward (decode_body.cuh
- * instances), the KV append (kv_append.cu), the split combine and
+ * instances and their combines), the KV append (kv_append.cu),
  * merge_states (merge.cu) and the host planning (decode_plan.cu) share: the
  * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
  * rotation of one element, the exact merge rule of partial (out, lse) rows
  * (total and weights, in base 2: the warps of a decode block use it
- * directly; merge.cu walks the parts online with the same rule), and the
- * host-side entry points of those files.
+ * directly; the combines and merge.cu walk the parts online with the same
+ * rule), and the host-side entry points of those files.
  * CUDA C only; included by .cu files.
  */
 #ifndef SDPA_DECODE_COMMON_CUH
@@ -77,7 +77,7 @@ typedef struct sdpa_decode_params {
   int has_softcap;
   int q_vec;          /* q rows unrotated and 16-byte aligned: whole chunks load as vectors */
   float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
-  float *part_lse;    /* splits > 1: [splits, b, s_q, h] natural-log lse, +inf empty */
+  float *part_lse;    /* splits > 1: [splits, b, s_q, h] base-2 lse, -inf empty */
 } sdpa_decode_params;
 
 /* ---- elements ----------------------------------------------------------------- */
@@ -161,27 +161,6 @@ __device__ __forceinline__ float sdpa_merge_weights2(const float *lse2, int n, i
 
 /* ---- host side ---------------------------------------------------------------------- */
 
-/* One merge launch: rows (bb, i, hh) of nb x ni x nh, d elements each; part k
- * of a row at parts + k*p_sn + bb*p_sb + i*p_si + hh*p_sh (lse_parts alike);
- * out at bb*o_sb + i*o_si + hh*o_sh; lse (optional) alike. merge_states is
- * nb = 1, ni = t; the split-KV combine is nb = b, ni = s_q. */
-typedef struct sdpa_merge_args {
-  int64_t n, nb, ni, nh, d;
-  const void *parts;
-  sdpa_dtype parts_dtype;
-  int64_t p_sn, p_sb, p_si, p_sh;
-  const float *lse_parts;
-  int64_t l_sn, l_sb, l_si, l_sh;
-  void *out;
-  sdpa_dtype out_dtype;
-  int64_t o_sb, o_si, o_sh;
-  float *lse; /* NULL = not asked */
-  int64_t lo_sb, lo_si, lo_sh;
-  int wpr;  /* set by sdpa_cuda_merge_launch: warps per row */
-  int vec4; /* ... and: fp32 parts with 16-byte aligned rows */
-  int o_vec; /* ... and: output rows aligned to 4 elements (16 / 8 bytes) */
-} sdpa_merge_args;
-
 /* What an instance tells the planner about itself. */
 typedef struct sdpa_decode_shape {
   const char *name;
@@ -195,21 +174,15 @@ typedef sdpa_status (*sdpa_decode_launch_fn)(const sdpa_decode_params *prm, unsi
                                              cudaStream_t stream);
 
 extern "C" {
-/* merge.cu; after_kernel: the launch follows the kernel that writes the
- * parts on the same stream and may overlap its tail (sm_90) */
-sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
-                                   const char *who);
-/* merge.cu: whether nb batches of `rows` rows (b and s_q * h of a split-KV
- * combine) fit the merge's grid (rows < 2^31, at most 65535 batches):
- * sdpa_cuda_merge_launch's check, for callers that check before anything runs */
-int sdpa_cuda_merge_fits(int64_t nb, int64_t rows);
 /* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
 sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
 /* decode_plan.cu */
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
+/* launch: the attention kernel (grid = its blocks); combine: with more than
+ * one split, the combine (grid = b * s_q * h rows) after it */
 sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *sh,
-                                sdpa_decode_launch_fn launch);
+                                sdpa_decode_launch_fn launch, sdpa_decode_launch_fn combine);
 }
 
 #endif /* SDPA_DECODE_COMMON_CUH */

@@ -3,7 +3,8 @@
  * every decode instance (decode_body.cuh): how many key splits a problem
  * gets, how much workspace the partial results need, and the launch
  * sequence on the caller's stream: KV append (kv_append.cu), the attention
- * kernel, and with more than one split the exact combine (merge.cu).
+ * kernel, and with more than one split the instance's combine
+ * (decode_combine.cuh).
  * Nothing here synchronizes with the device, so the sequence can be captured
  * in a CUDA graph; without a caller workspace the partials live in a
  * stream-ordered allocation (cudaMallocAsync / cudaFreeAsync).
@@ -94,7 +95,7 @@ size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh)
 }
 
 sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *sh,
-                                sdpa_decode_launch_fn launch) {
+                                sdpa_decode_launch_fn launch, sdpa_decode_launch_fn combine) {
   cudaStream_t stream = (cudaStream_t)p->stream;
   /* The append writes the caller's cache, so it runs after every check and
    * the workspace below: a call that fails leaves the cache as it was (it
@@ -107,19 +108,15 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   const int64_t m_blocks = decode_m_blocks(p, sh);
   const int splits = sdpa_decode_num_splits(p, sh);
   const int64_t grid = (int64_t)splits * m_blocks * p->b * p->h_k;
-  if (rows > 0x7fffffff || grid > 0x7fffffff)
+  /* the combine's grid: one block a query row (b * s_q * h) */
+  const int64_t out_rows = splits > 1 ? p->b * p->s_q * p->h : 0;
+  if (rows > 0x7fffffff || grid > 0x7fffffff || out_rows > 0x7fffffff)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
                      "%s: %lld packed query rows (h / h_k * s_q), %lld blocks (splits %d x query "
-                     "blocks %lld x b %lld x h_k %lld): expected each < 2^31",
+                     "blocks %lld x b %lld x h_k %lld), %lld rows to combine (b * s_q * h): "
+                     "expected each < 2^31 (num_splits = 1 needs no combine)",
                      sh->name, (long long)rows, (long long)grid, splits, (long long)m_blocks,
-                     (long long)p->b, (long long)p->h_k);
-  /* the combine's limits (merge.cu), checked before anything runs */
-  if (splits > 1 && !sdpa_cuda_merge_fits(p->b, p->s_q * p->h))
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: b = %lld with %d key splits: the combine takes at most 65535 batches of "
-                     "< 2^31 rows (num_splits = 1 avoids it)",
-                     sh->name, (long long)p->b, splits);
-
+                     (long long)p->b, (long long)p->h_k, (long long)out_rows);
   sdpa_decode_params prm;
   prm.p = *p;
   prm.rows = (int)rows;
@@ -146,36 +143,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
 
   sdpa_status st = sdpa_cuda_kv_append(p);
   if (st == SDPA_OK) st = launch(&prm, (unsigned)grid, stream);
-  if (st == SDPA_OK && splits > 1) {
-    const int64_t hd = sh->hd, rows_h = p->s_q * p->h;
-    sdpa_merge_args a;
-    a.n = splits;
-    a.nb = p->b;
-    a.ni = p->s_q;
-    a.nh = p->h;
-    a.d = p->d_v;
-    a.parts = prm.part_out;
-    a.parts_dtype = SDPA_DTYPE_F32;
-    a.p_sn = p->b * rows_h * hd;
-    a.p_sb = rows_h * hd;
-    a.p_si = p->h * hd;
-    a.p_sh = hd;
-    a.lse_parts = prm.part_lse;
-    a.l_sn = p->b * rows_h;
-    a.l_sb = rows_h;
-    a.l_si = p->h;
-    a.l_sh = 1;
-    a.out = p->out;
-    a.out_dtype = p->dtype;
-    a.o_sb = p->o_st.sb;
-    a.o_si = p->o_st.ss;
-    a.o_sh = p->o_st.sh;
-    a.lse = p->lse;
-    a.lo_sb = p->lse_sb;
-    a.lo_si = p->lse_ss;
-    a.lo_sh = p->lse_sh;
-    st = sdpa_cuda_merge_launch(&a, stream, 1, sh->name);
-  }
+  if (st == SDPA_OK && splits > 1) st = combine(&prm, (unsigned)out_rows, stream);
   st = sdpa_cuda_ws_release(p, ws, owned, st, sh->name);
   return st;
 }

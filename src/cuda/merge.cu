@@ -1,10 +1,11 @@
 /*
- * merge.cu - the exact merge of partial attention results on the GPU:
+ * merge.cu - sdpa_merge_states on CUDA: the exact merge of partial attention
+ * results,
  *   lse = log(sum_k exp(lse_k)),  out = sum_k exp(lse_k - lse) * out_k,
- * +inf (and -inf) parts empty (sdpa.h, merge_states). One kernel serves both
- * sdpa_merge_states on CUDA (sdpa_cuda_merge, any float dtypes and strides
- * for the parts and the output) and the combine step of the split-KV
- * decoding forward (decode_plan.cu, fp32 partials), through sdpa_merge_args.
+ * +inf (and -inf) parts empty (sdpa.h, merge_states), for any float dtypes
+ * and strides of the parts and the output. (Until 2026-11-21 this kernel
+ * also combined the split-KV decoding partials; each decode instance now
+ * has its own combine, decode_combine.cuh, which knows their layout.)
  *
  * A row's parts are dealt to 1, 2 or 4 warps of a block (wpr slices: part k
  * to slice k % wpr), each lane owning 4 adjacent columns (a float4 for
@@ -18,17 +19,33 @@
  * lse = m + log s), in a fixed order. The same sums as merge.c up to
  * rounding. (2026-11-21: the previous kernel, one warp a row with a
  * shuffle-reduced total, then weights, then the parts, spent 8.6 us merging
- * 32 parts of 32 rows at d = 128, longer than the attention kernel.) The
- * decode combine is launched as a programmatic dependent of the attention
- * kernel (sm_90), so its launch and set-up overlap that kernel's tail.
+ * 32 parts of 32 rows at d = 128.)
  */
 #include <cuda_runtime.h>
-#include <string.h>
 
 #include "../error.h"
 #include "../registry.h"
 #include "decode_common.cuh"
-#include "ptx_griddep.cuh"
+
+/* One merge: rows (i, hh) of ni x nh, d elements each; part k of a row at
+ * parts + k*p_sn + i*p_si + hh*p_sh (lse_parts alike); out at i*o_si +
+ * hh*o_sh; lse (optional) alike. */
+typedef struct sdpa_merge_args {
+  int64_t n, ni, nh, d;
+  const void *parts;
+  sdpa_dtype parts_dtype;
+  int64_t p_sn, p_si, p_sh;
+  const float *lse_parts;
+  int64_t l_sn, l_si, l_sh;
+  void *out;
+  sdpa_dtype out_dtype;
+  int64_t o_si, o_sh;
+  float *lse; /* NULL = not asked */
+  int64_t lo_si, lo_sh;
+  int wpr;   /* set by merge_launch: warps per row */
+  int vec4;  /* ... and: fp32 parts with 16-byte aligned rows */
+  int o_vec; /* ... and: output rows aligned to 4 elements (16 / 8 bytes) */
+} sdpa_merge_args;
 
 /* MERGE_MIN_BLOCKS: the register budget (4 blocks an SM: <= 128 a thread);
  * left to itself ptxas capped the kernel at 72 registers and spilled. */
@@ -77,25 +94,19 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
   __shared__ float s_m[MERGE_WARPS], s_s[MERGE_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wpr = a.wpr, slice = warp % wpr;
-  /* grid: x over the (i, hh) rows of a batch (< 2^31), y over the batch */
+  /* grid: x over the (i, hh) rows (< 2^31) */
   const int row = (int)blockIdx.x * (MERGE_WARPS / wpr) + warp / wpr;
   const int live = row < (int)(a.ni * a.nh); /* whole warps: every lane or none */
   const int r = live ? row : 0, nh = (int)a.nh;
-  const int64_t hh = r % nh, i = r / nh, bb = blockIdx.y;
-  const float *lse = a.lse_parts + bb * a.l_sb + i * a.l_si + hh * a.l_sh;
-  const int64_t pbase = bb * a.p_sb + i * a.p_si + hh * a.p_sh;
-  const int64_t obase = bb * a.o_sb + i * a.o_si + hh * a.o_sh;
+  const int64_t hh = r % nh, i = r / nh;
+  const float *lse = a.lse_parts + i * a.l_si + hh * a.l_sh;
+  const int64_t pbase = i * a.p_si + hh * a.p_sh;
+  const int64_t obase = i * a.o_si + hh * a.o_sh;
   /* this slice's parts: k = slice + wpr * j, 0 <= j < ns; part j's lse at
    * lse_s[j * l_step], its out row at element p_s + j * p_step */
   const int64_t ns = live && slice < a.n ? (a.n - slice + wpr - 1) / wpr : 0;
   const float *lse_s = lse + slice * a.l_sn;
   const int64_t l_step = wpr * a.l_sn, p_step = wpr * a.p_sn, p_s = pbase + slice * a.p_sn;
-  /* Everything above runs before the wait, overlapping the attention
-   * kernel's tail under a programmatic launch; after it, a part costs a
-   * pointer step and its loads (until 2026-11-21 each part recomputed its
-   * 64-bit index and chose between the vector and the element path: about
-   * 680 instructions a warp after the wait at 32 parts, d = 128, ncu). */
-  griddep_wait(); /* the parts are the previous kernel's output */
   float m = -INFINITY, s = 0.f;
   const int64_t d_pass = a.d > 0 ? a.d : 1; /* one pass even at d = 0: the lse */
   for (int64_t c0 = 0; c0 < d_pass; c0 += 128) {
@@ -174,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
     }
   }
   if (a.lse && live && slice == 0 && lane == 0)
-    a.lse[bb * a.lo_sb + i * a.lo_si + hh * a.lo_sh] = s > 0.f ? m + logf(s) : INFINITY;
+    a.lse[i * a.lo_si + hh * a.lo_sh] = s > 0.f ? m + logf(s) : INFINITY;
 }
 
 /* Warps per row: the fewest of 1, 2, 4 that leave each warp at most
@@ -185,48 +196,25 @@ static int merge_wpr(int64_t n) {
   return 4;
 }
 
-int sdpa_cuda_merge_fits(int64_t nb, int64_t rows) { return rows <= 0x7fffffff && nb <= 65535; }
-
-sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream, int after_kernel,
-                                   const char *who) {
-  const int64_t rows = a->ni * a->nh; /* per batch */
-  if (rows <= 0 || a->nb <= 0) return SDPA_OK;
-  if (!sdpa_cuda_merge_fits(a->nb, rows))
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
-                     "%s: %lld batches of %lld rows to merge: expected <= 65535 batches of "
-                     "< 2^31 rows", who, (long long)a->nb, (long long)rows);
+static sdpa_status merge_launch(const sdpa_merge_args *a, cudaStream_t stream) {
+  const int64_t rows = a->ni * a->nh;
+  if (rows <= 0) return SDPA_OK;
+  if (rows > 0x7fffffff)
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "merge_states: %lld rows (t * h) to merge: expected "
+                     "< 2^31", (long long)rows);
   sdpa_merge_args k = *a;
   k.wpr = merge_wpr(a->n);
   k.vec4 = a->parts_dtype == SDPA_DTYPE_F32 && ((uintptr_t)a->parts & 15) == 0 &&
-           a->p_sn % 4 == 0 && a->p_sb % 4 == 0 && a->p_si % 4 == 0 && a->p_sh % 4 == 0;
+           a->p_sn % 4 == 0 && a->p_si % 4 == 0 && a->p_sh % 4 == 0;
   /* 4 columns a store: rows (and the base) aligned to 4 elements */
   const size_t osz = a->out_dtype == SDPA_DTYPE_F32 ? 16 : 8;
-  k.o_vec = ((uintptr_t)a->out & (osz - 1)) == 0 && a->o_sb % 4 == 0 && a->o_si % 4 == 0 &&
-            a->o_sh % 4 == 0;
+  k.o_vec = ((uintptr_t)a->out & (osz - 1)) == 0 && a->o_si % 4 == 0 && a->o_sh % 4 == 0;
   const int rows_per_block = MERGE_WARPS / k.wpr;
-  cudaLaunchConfig_t cfg; /* every field set below */
-  cfg.gridDim.x = (unsigned)((rows + rows_per_block - 1) / rows_per_block);
-  cfg.gridDim.y = (unsigned)a->nb;
-  cfg.gridDim.z = 1;
-  cfg.blockDim.x = MERGE_WARPS * 32;
-  cfg.blockDim.y = cfg.blockDim.z = 1;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cfg.attrs = NULL;
-  cfg.numAttrs = 0;
-  cudaLaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  if (after_kernel && sdpa_cuda_arch() >= 90) {
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-  }
-  void *args[1] = {&k};
-  cudaError_t e = cudaLaunchKernelExC(&cfg, (const void *)sdpa_merge_kernel, args);
-  if (e == cudaSuccess) e = cudaGetLastError();
+  sdpa_merge_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block), MERGE_WARPS * 32, 0,
+                      stream>>>(k);
+  const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: merge kernel launch failed: %s", who,
+    return sdpa_fail(SDPA_ERR_CUDA, "merge_states: merge kernel launch failed: %s",
                      cudaGetErrorString(e));
   return SDPA_OK;
 }
@@ -234,29 +222,24 @@ sdpa_status sdpa_cuda_merge_launch(const sdpa_merge_args *a, cudaStream_t stream
 extern "C" sdpa_status sdpa_cuda_merge(const sdpa_merge_problem *m) {
   sdpa_merge_args a;
   a.n = m->n;
-  a.nb = 1;
   a.ni = m->t;
   a.nh = m->h;
   a.d = m->d;
   a.parts = m->out_parts;
   a.parts_dtype = m->parts_dtype;
   a.p_sn = m->op_sn;
-  a.p_sb = 0;
   a.p_si = m->op_st;
   a.p_sh = m->op_sh;
   a.lse_parts = m->lse_parts;
   a.l_sn = m->lp_sn;
-  a.l_sb = 0;
   a.l_si = m->lp_st;
   a.l_sh = m->lp_sh;
   a.out = m->out;
   a.out_dtype = m->out_dtype;
-  a.o_sb = 0;
   a.o_si = m->o_st;
   a.o_sh = m->o_sh;
   a.lse = m->lse;
-  a.lo_sb = 0;
   a.lo_si = m->l_st;
   a.lo_sh = m->l_sh;
-  return sdpa_cuda_merge_launch(&a, (cudaStream_t)m->stream, 0, "merge_states");
+  return merge_launch(&a, (cudaStream_t)m->stream);
 }

@@ -1,0 +1,119 @@
+/*
+ * decode_combine.cuh - the combine of a split-KV decoding call: one
+ * instance's second kernel (a fragment of decode_body.cuh, which gives it
+ * HD and the dtype; no include guard: one instance a translation unit).
+ * It merges the splits' partial (out, lse) of each query row exactly:
+ *   lse = log2 sum_k 2^lse_k,  out = sum_k 2^(lse_k - lse) out_k,
+ * with the attention kernel's conventions for the partials (base-2 lse,
+ * -inf for a split that saw no key, so its weight is 0 with no test), and
+ * writes out and the natural-log lse (+inf for a row that saw no key).
+ *
+ * Launched as the attention kernel's programmatic dependent on sm_90: its
+ * blocks are resident and their addresses worked out before the partials
+ * exist (griddep_wait). After the wait a block of 128 threads merges one
+ * row: thread (slice, c) owns columns 4c .. 4c + 3 of the parts k = slice,
+ * slice + SLICES, ..., issues all its loads of a round together and merges
+ * them online; the slices meet in shared memory. merge.cu's general kernel
+ * (any dtypes and strides, natural-log lse, +-inf parts) did this until
+ * 2026-11-21: in a CUDA graph at b 1 s_k 4k its work after the wait cost
+ * ~1.25 us of an 11 us replay (measured against the same kernel merging
+ * nothing), ~513 warp instructions a warp, most of them expf's.
+ */
+
+enum {
+  CB_THREADS = 128,
+  CB_C4 = HD / 4,                    /* 4-column groups of a partial row */
+  CB_SLICES = CB_THREADS / CB_C4,    /* parts are dealt to this many slices */
+  CB_ROUND = 8                       /* parts a thread loads at once */
+};
+static_assert(CB_THREADS % CB_C4 == 0, "a row's column groups tile the block");
+
+extern "C" __global__ void __launch_bounds__(CB_THREADS)
+    SDPA_PASTE(SDPA_KERNEL_NAME, _combine)(const __grid_constant__ sdpa_decode_params prm) {
+  __shared__ float4 s_acc[CB_SLICES][CB_C4];
+  __shared__ float s_m[CB_SLICES], s_s[CB_SLICES];
+  const sdpa_problem *p = &prm.p;
+  const int tid = threadIdx.x, slice = tid / CB_C4, c4 = tid % CB_C4;
+  const int n = (int)prm.splits.d, d = (int)p->d;
+  const int64_t per_split = p->b * p->s_q * p->h; /* partial rows a split */
+  const int64_t r = blockIdx.x;                   /* row (b, i, hh) of [b, s_q, h] */
+  const int hh = (int)(r % p->h), i = (int)(r / p->h % p->s_q), b = (int)(r / p->h / p->s_q);
+  const int cols = c4 * 4 < d; /* columns past d were never written */
+  const float *xp = prm.part_out + (slice * per_split + r) * HD + c4 * 4;
+  const float *lp = prm.part_lse + slice * per_split + r;
+  const int64_t x_step = CB_SLICES * per_split * HD, l_step = CB_SLICES * per_split;
+  griddep_wait(); /* the partials are the attention kernel's output */
+
+  float m = -INFINITY, s = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k0 = slice; k0 < n; k0 += CB_SLICES * CB_ROUND) {
+    float4 x[CB_ROUND];
+    float l[CB_ROUND];
+#pragma unroll
+    for (int q = 0; q < CB_ROUND; ++q) {
+      const int ok = k0 + q * CB_SLICES < n;
+      x[q] = ok && cols ? *(const float4 *)(xp + q * x_step) : make_float4(0.f, 0.f, 0.f, 0.f);
+      l[q] = ok ? lp[q * l_step] : -INFINITY;
+    }
+    xp += CB_ROUND * x_step;
+    lp += CB_ROUND * l_step;
+    float mx = m;
+#pragma unroll
+    for (int q = 0; q < CB_ROUND; ++q) mx = fmaxf(mx, l[q]);
+    const float mu = mx == -INFINITY ? 0.f : mx; /* nothing seen yet: every weight 0 */
+    const float corr = fast_exp2(m - mu);
+    s *= corr;
+    acc.x *= corr;
+    acc.y *= corr;
+    acc.z *= corr;
+    acc.w *= corr;
+#pragma unroll
+    for (int q = 0; q < CB_ROUND; ++q) {
+      const float w = fast_exp2(l[q] - mu);
+      s += w;
+      acc.x += w * x[q].x;
+      acc.y += w * x[q].y;
+      acc.z += w * x[q].z;
+      acc.w += w * x[q].w;
+    }
+    m = mx;
+  }
+  if (CB_SLICES > 1) {
+    s_acc[slice][c4] = acc;
+    if (c4 == 0) {
+      s_m[slice] = m;
+      s_s[slice] = s;
+    }
+    __syncthreads();
+    if (slice != 0) return; /* no barrier below */
+    float mx = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < CB_SLICES; ++t) mx = fmaxf(mx, s_m[t]);
+    const float mu = mx == -INFINITY ? 0.f : mx;
+    s = 0.f;
+    acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int t = 0; t < CB_SLICES; ++t) {
+      const float c = fast_exp2(s_m[t] - mu); /* 0 for a slice with no mass */
+      const float4 a = s_acc[t][c4];
+      s += c * s_s[t];
+      acc.x += c * a.x;
+      acc.y += c * a.y;
+      acc.z += c * a.z;
+      acc.w += c * a.w;
+    }
+    m = mx;
+  }
+  const float inv = s > 0.f ? 1.f / s : 0.f;
+  const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+  uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh) + c4 * 4;
+  if (c4 * 4 + 4 <= d) { /* out rows are 16-byte aligned (the decode rows' condition) */
+    *(uint2 *)dst = make_uint2(DEC_PACK(v[0], v[1]), DEC_PACK(v[2], v[3]));
+  } else if (cols) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (c4 * 4 + e < d) sdpa_store_f(dst, p->dtype, e, v[e]);
+  }
+  if (p->lse && c4 == 0)
+    p->lse[sdpa_lse_offset(p, b, i, hh)] = s > 0.f ? (m + log2f(s)) * SDPA_LN2 : INFINITY;
+}
