@@ -6,7 +6,8 @@ asked for (0 = the heuristic's), and with --torch the same for torch CUDNN.
 --host times eager calls on a 16- and a 4096-token cache (one split, 32): the
 host cost of one call, for sdpa (through sdpa.forward, and sdpa_fwd on a
 descriptor built once: the library's own share) and torch CUDNN. --ws also times sdpa with a caller
-workspace (no stream-ordered allocation). --profile lists the kernels of a
+workspace (no stream-ordered allocation), and without one (+pre: the descriptor built
+once, the library's stream-ordered workspace). --profile lists the kernels of a
 few eager calls with their device times and the gaps between them (torch
 profiler). --once runs each cell's sdpa call a few times (with --torch, then torch
 CUDNN's) and exits (for ncu: `ncu --csv ... python3 bench/decode_probe.py
@@ -125,6 +126,10 @@ def cell(b, L, splits, with_torch, once, with_ws=False, prof=False):
         g = bd.timed_gbps(run, nbytes, "sdpa", graph=True)
         parts.append(f"s{s or 'auto'}={e or 0:.0f}/{g or 0:.0f}")
         if with_ws:
+            run_pre = prebuilt(q, k, v, seqlens, out, s, False)
+            e = bd.timed_gbps(run_pre, nbytes, "sdpa pre")
+            g = bd.timed_gbps(run_pre, nbytes, "sdpa pre", graph=True)
+            parts.append(f"s{s or 'auto'}+pre={e or 0:.0f}/{g or 0:.0f}")
             run_ws = prebuilt(q, k, v, seqlens, out, s, True)
             e = bd.timed_gbps(run_ws, nbytes, "sdpa ws")
             g = bd.timed_gbps(run_ws, nbytes, "sdpa ws", graph=True)
