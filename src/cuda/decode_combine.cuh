@@ -86,23 +86,7 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
     }
     __syncthreads();
     if (slice != 0) return; /* no barrier below */
-    float mx = -INFINITY;
-#pragma unroll
-    for (int t = 0; t < CB_SLICES; ++t) mx = fmaxf(mx, s_m[t]);
-    const float mu = mx == -INFINITY ? 0.f : mx;
-    s = 0.f;
-    acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int t = 0; t < CB_SLICES; ++t) {
-      const float c = fast_exp2(s_m[t] - mu); /* 0 for a slice with no mass */
-      const float4 a = s_acc[t][c4];
-      s += c * s_s[t];
-      acc.x += c * a.x;
-      acc.y += c * a.y;
-      acc.z += c * a.z;
-      acc.w += c * a.w;
-    }
-    m = mx;
+    sdpa_merge_slices(CB_SLICES, s_m, s_s, &s_acc[0][c4], CB_C4, 1, &m, &s, &acc);
   }
   const float inv = s > 0.f ? 1.f / s : 0.f;
   const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};

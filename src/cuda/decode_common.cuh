@@ -159,6 +159,33 @@ __device__ __forceinline__ float sdpa_merge_weights2(const float *lse2, int n, i
   return mx + log2f(sum);
 }
 
+/* Where the slices of a row meet (merge.cu; decode_combine.cuh): slice t's
+ * running max, sum and weighted columns at sm[t], ss[t] and
+ * sacc[t * acc_stride], in base 2 (exp2) or natural-log (exp) units; *m, *s,
+ * *acc get those of all nslices. A slice with no mass (m = -inf, s = 0)
+ * weighs 0; so do all when none has any (*m = -inf, *s = 0). */
+__device__ __forceinline__ void sdpa_merge_slices(int nslices, const float *sm, const float *ss,
+                                                  const float4 *sacc, int acc_stride, int base2,
+                                                  float *m, float *s, float4 *acc) {
+  float mx = -INFINITY;
+  for (int t = 0; t < nslices; ++t) mx = fmaxf(mx, sm[t]);
+  const float mu = mx == -INFINITY ? 0.f : mx;
+  float sum = 0.f;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int t = 0; t < nslices; ++t) {
+    const float c = base2 ? exp2f(sm[t] - mu) : expf(sm[t] - mu);
+    const float4 x = sacc[t * acc_stride];
+    sum += c * ss[t];
+    a.x += c * x.x;
+    a.y += c * x.y;
+    a.z += c * x.z;
+    a.w += c * x.w;
+  }
+  *m = mx;
+  *s = sum;
+  *acc = a;
+}
+
 /* ---- host side ---------------------------------------------------------------------- */
 
 /* What an instance tells the planner about itself. */

@@ -27,24 +27,15 @@
 #include "../registry.h"
 #include "decode_common.cuh"
 
-/* One merge: rows (i, hh) of ni x nh, d elements each; part k of a row at
- * parts + k*p_sn + i*p_si + hh*p_sh (lse_parts alike); out at i*o_si +
- * hh*o_sh; lse (optional) alike. */
+/* The kernel's argument: the problem (backend.h: rows (i, hh) of t x h, d
+ * elements each; part k of a row at out_parts + k*op_sn + i*op_st + hh*op_sh,
+ * lse_parts alike; out and lse at i*o_st + hh*o_sh, i*l_st + hh*l_sh) and
+ * what merge_launch works out from it. */
 typedef struct sdpa_merge_args {
-  int64_t n, ni, nh, d;
-  const void *parts;
-  sdpa_dtype parts_dtype;
-  int64_t p_sn, p_si, p_sh;
-  const float *lse_parts;
-  int64_t l_sn, l_si, l_sh;
-  void *out;
-  sdpa_dtype out_dtype;
-  int64_t o_si, o_sh;
-  float *lse; /* NULL = not asked */
-  int64_t lo_si, lo_sh;
-  int wpr;   /* set by merge_launch: warps per row */
-  int vec4;  /* ... and: fp32 parts with 16-byte aligned rows */
-  int o_vec; /* ... and: output rows aligned to 4 elements (16 / 8 bytes) */
+  sdpa_merge_problem m;
+  int wpr;   /* warps per row */
+  int vec4;  /* fp32 parts with 16-byte aligned rows */
+  int o_vec; /* output rows aligned to 4 elements (16 / 8 bytes) */
 } sdpa_merge_args;
 
 /* MERGE_MIN_BLOCKS: the register budget (4 blocks an SM: <= 128 a thread);
@@ -53,11 +44,11 @@ enum { MERGE_WARPS = 4, MERGE_CHUNK = 8, MERGE_MIN_BLOCKS = 4 };
 
 /* Columns e .. e + 3 (those < d; the rest 0) of the part row at element idx. */
 __device__ __forceinline__ float4 merge_load4(const sdpa_merge_args *a, int64_t idx, int64_t e) {
-  if (a->vec4 && e + 4 <= a->d) return *(const float4 *)((const float *)a->parts + idx);
+  if (a->vec4 && e + 4 <= a->m.d) return *(const float4 *)((const float *)a->m.out_parts + idx);
   float v[4];
 #pragma unroll
   for (int u = 0; u < 4; ++u)
-    v[u] = e + u < a->d ? sdpa_load_f(a->parts, a->parts_dtype, idx + u) : 0.f;
+    v[u] = e + u < a->m.d ? sdpa_load_f(a->m.out_parts, a->m.parts_dtype, idx + u) : 0.f;
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
@@ -65,12 +56,12 @@ __device__ __forceinline__ float4 merge_load4(const sdpa_merge_args *a, int64_t 
  * (a.o_vec): one 16-byte (fp32) or 8-byte (16-bit) store, rounded as
  * sdpa_store_f rounds each. */
 __device__ __forceinline__ void merge_store4(const sdpa_merge_args *a, int64_t idx, const float v[4]) {
-  if (a->out_dtype == SDPA_DTYPE_F32) {
-    *(float4 *)((float *)a->out + idx) = make_float4(v[0], v[1], v[2], v[3]);
-  } else if (a->out_dtype == SDPA_DTYPE_BF16) {
-    *(uint2 *)((uint16_t *)a->out + idx) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+  if (a->m.out_dtype == SDPA_DTYPE_F32) {
+    *(float4 *)((float *)a->m.out + idx) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if (a->m.out_dtype == SDPA_DTYPE_BF16) {
+    *(uint2 *)((uint16_t *)a->m.out + idx) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
   } else {
-    *(uint2 *)((uint16_t *)a->out + idx) = make_uint2(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]));
+    *(uint2 *)((uint16_t *)a->m.out + idx) = make_uint2(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]));
   }
 }
 
@@ -96,38 +87,38 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
   const int wpr = a.wpr, slice = warp % wpr;
   /* grid: x over the (i, hh) rows (< 2^31) */
   const int row = (int)blockIdx.x * (MERGE_WARPS / wpr) + warp / wpr;
-  const int live = row < (int)(a.ni * a.nh); /* whole warps: every lane or none */
-  const int r = live ? row : 0, nh = (int)a.nh;
+  const int live = row < (int)(a.m.t * a.m.h); /* whole warps: every lane or none */
+  const int r = live ? row : 0, nh = (int)a.m.h;
   const int64_t hh = r % nh, i = r / nh;
-  const float *lse = a.lse_parts + i * a.l_si + hh * a.l_sh;
-  const int64_t pbase = i * a.p_si + hh * a.p_sh;
-  const int64_t obase = i * a.o_si + hh * a.o_sh;
+  const float *lse = a.m.lse_parts + i * a.m.lp_st + hh * a.m.lp_sh;
+  const int64_t pbase = i * a.m.op_st + hh * a.m.op_sh;
+  const int64_t obase = i * a.m.o_st + hh * a.m.o_sh;
   /* this slice's parts: k = slice + wpr * j, 0 <= j < ns; part j's lse at
    * lse_s[j * l_step], its out row at element p_s + j * p_step */
-  const int64_t ns = live && slice < a.n ? (a.n - slice + wpr - 1) / wpr : 0;
-  const float *lse_s = lse + slice * a.l_sn;
-  const int64_t l_step = wpr * a.l_sn, p_step = wpr * a.p_sn, p_s = pbase + slice * a.p_sn;
+  const int64_t ns = live && slice < a.m.n ? (a.m.n - slice + wpr - 1) / wpr : 0;
+  const float *lse_s = lse + slice * a.m.lp_sn;
+  const int64_t l_step = wpr * a.m.lp_sn, p_step = wpr * a.m.op_sn, p_s = pbase + slice * a.m.op_sn;
   float m = -INFINITY, s = 0.f;
-  const int64_t d_pass = a.d > 0 ? a.d : 1; /* one pass even at d = 0: the lse */
+  const int64_t d_pass = a.m.d > 0 ? a.m.d : 1; /* one pass even at d = 0: the lse */
   for (int64_t c0 = 0; c0 < d_pass; c0 += 128) {
     const int64_t e = c0 + 4 * lane;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     m = -INFINITY;
     s = 0.f;
-    /* whole aligned fp32 columns: plain vector loads (the decode combine) */
-    const int vec = a.vec4 && e + 4 <= a.d;
+    /* whole aligned fp32 columns: plain vector loads */
+    const int vec = a.vec4 && e + 4 <= a.m.d;
     for (int64_t j0 = 0; j0 < ns; j0 += MERGE_CHUNK) {
       float4 x[MERGE_CHUNK];
       float l[MERGE_CHUNK];
       if (vec) {
-        const float *xp = (const float *)a.parts + p_s + j0 * p_step + e;
+        const float *xp = (const float *)a.m.out_parts + p_s + j0 * p_step + e;
 #pragma unroll
         for (int q = 0; q < MERGE_CHUNK; ++q, xp += p_step)
           x[q] = j0 + q < ns ? *(const float4 *)xp : make_float4(0.f, 0.f, 0.f, 0.f);
       } else {
 #pragma unroll
         for (int q = 0; q < MERGE_CHUNK; ++q)
-          x[q] = j0 + q < ns && e < a.d ? merge_load4(&a, p_s + (j0 + q) * p_step + e, e)
+          x[q] = j0 + q < ns && e < a.m.d ? merge_load4(&a, p_s + (j0 + q) * p_step + e, e)
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
       }
       const float *lp = lse_s + j0 * l_step;
@@ -157,35 +148,24 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
         s_s[warp] = s;
       }
       __syncthreads();
-      if (slice == 0) {
-        float mm = -INFINITY;
-        for (int t = 0; t < wpr; ++t) mm = fmaxf(mm, s_m[warp + t]);
-        acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        s = 0.f;
-        if (mm != -INFINITY)
-          for (int t = 0; t < wpr; ++t) {
-            const float c = expf(s_m[warp + t] - mm); /* 0 for an empty slice */
-            s += c * s_s[warp + t];
-            f4_fma(&acc, c, s_acc[warp + t][lane]);
-          }
-        m = mm;
-      }
+      if (slice == 0)
+        sdpa_merge_slices(wpr, s_m + warp, s_s + warp, &s_acc[warp][lane], 32, 0, &m, &s, &acc);
       __syncthreads();
     }
     if (live && slice == 0) {
       const float inv = s > 0.f ? 1.f / s : 0.f;
       const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-      if (a.o_vec && e + 4 <= a.d) {
+      if (a.o_vec && e + 4 <= a.m.d) {
         merge_store4(&a, obase + e, v);
       } else {
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-          if (e + u < a.d) sdpa_store_f(a.out, a.out_dtype, obase + e + u, v[u]);
+          if (e + u < a.m.d) sdpa_store_f(a.m.out, a.m.out_dtype, obase + e + u, v[u]);
       }
     }
   }
-  if (a.lse && live && slice == 0 && lane == 0)
-    a.lse[i * a.lo_si + hh * a.lo_sh] = s > 0.f ? m + logf(s) : INFINITY;
+  if (a.m.lse && live && slice == 0 && lane == 0)
+    a.m.lse[i * a.m.l_st + hh * a.m.l_sh] = s > 0.f ? m + logf(s) : INFINITY;
 }
 
 /* Warps per row: the fewest of 1, 2, 4 that leave each warp at most
@@ -196,50 +176,26 @@ static int merge_wpr(int64_t n) {
   return 4;
 }
 
-static sdpa_status merge_launch(const sdpa_merge_args *a, cudaStream_t stream) {
-  const int64_t rows = a->ni * a->nh;
+extern "C" sdpa_status sdpa_cuda_merge(const sdpa_merge_problem *m) {
+  const int64_t rows = m->t * m->h;
   if (rows <= 0) return SDPA_OK;
   if (rows > 0x7fffffff)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "merge_states: %lld rows (t * h) to merge: expected "
                      "< 2^31", (long long)rows);
-  sdpa_merge_args k = *a;
-  k.wpr = merge_wpr(a->n);
-  k.vec4 = a->parts_dtype == SDPA_DTYPE_F32 && ((uintptr_t)a->parts & 15) == 0 &&
-           a->p_sn % 4 == 0 && a->p_si % 4 == 0 && a->p_sh % 4 == 0;
+  sdpa_merge_args k;
+  k.m = *m;
+  k.wpr = merge_wpr(m->n);
+  k.vec4 = m->parts_dtype == SDPA_DTYPE_F32 && ((uintptr_t)m->out_parts & 15) == 0 &&
+           m->op_sn % 4 == 0 && m->op_st % 4 == 0 && m->op_sh % 4 == 0;
   /* 4 columns a store: rows (and the base) aligned to 4 elements */
-  const size_t osz = a->out_dtype == SDPA_DTYPE_F32 ? 16 : 8;
-  k.o_vec = ((uintptr_t)a->out & (osz - 1)) == 0 && a->o_si % 4 == 0 && a->o_sh % 4 == 0;
+  const size_t osz = m->out_dtype == SDPA_DTYPE_F32 ? 16 : 8;
+  k.o_vec = ((uintptr_t)m->out & (osz - 1)) == 0 && m->o_st % 4 == 0 && m->o_sh % 4 == 0;
   const int rows_per_block = MERGE_WARPS / k.wpr;
   sdpa_merge_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block), MERGE_WARPS * 32, 0,
-                      stream>>>(k);
+                      (cudaStream_t)m->stream>>>(k);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "merge_states: merge kernel launch failed: %s",
                      cudaGetErrorString(e));
   return SDPA_OK;
-}
-
-extern "C" sdpa_status sdpa_cuda_merge(const sdpa_merge_problem *m) {
-  sdpa_merge_args a;
-  a.n = m->n;
-  a.ni = m->t;
-  a.nh = m->h;
-  a.d = m->d;
-  a.parts = m->out_parts;
-  a.parts_dtype = m->parts_dtype;
-  a.p_sn = m->op_sn;
-  a.p_si = m->op_st;
-  a.p_sh = m->op_sh;
-  a.lse_parts = m->lse_parts;
-  a.l_sn = m->lp_sn;
-  a.l_si = m->lp_st;
-  a.l_sh = m->lp_sh;
-  a.out = m->out;
-  a.out_dtype = m->out_dtype;
-  a.o_si = m->o_st;
-  a.o_sh = m->o_sh;
-  a.lse = m->lse;
-  a.lo_si = m->l_st;
-  a.lo_sh = m->l_sh;
-  return merge_launch(&a, (cudaStream_t)m->stream);
 }
