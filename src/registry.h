@@ -98,6 +98,10 @@ int sdpa_cuda_sm_count(void);
  * once per device; done[SDPA_MAX_DEVICES] is the caller's per-kernel flags. */
 sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsigned char *done,
                                   const char *name);
+/* Whether a kernel (as loaded on the current device) holds its
+ * griddepcontrol.wait, so it may be launched as a programmatic dependent;
+ * cache[SDPA_MAX_DEVICES] is the caller's per-kernel bytes. */
+int sdpa_cuda_waits_for_grid(const void *kernel, unsigned char *cache);
 /* The workspace of one call: the caller's (p->workspace: at least `need`
  * bytes, `align`-byte aligned, else INVALID_ARGUMENT naming `query`, the size
  * function to ask) or a stream-ordered allocation on p->stream (*owned = 1;

@@ -62,16 +62,28 @@ def _bias4(bias):
     return bias
 
 
-def _call(fn, desc, dev):
+def _call(fn, desc, dev, size_fn=None):
     """fn(&desc) with dev's CUDA device current (torch's, switched only if it is
     another: the library launches on the current device); raises on failure.
-    No contextlib on the usual path: a call's host cost counts (issue 4)."""
+    size_fn: the call's workspace query (see _capture_workspace), asked on
+    that device. No contextlib on the usual path: a call's host cost counts
+    (issue 4)."""
     if dev[0] == T.CUDA:
         torch = T._torch()
         if torch is not None and torch.cuda.current_device() != dev[1]:
             with torch.cuda.device(dev[1]):
-                return _lib.check(fn(ctypes.byref(desc)))
+                return _call_cuda(fn, desc, dev, size_fn, torch)
+        if torch is not None:
+            return _call_cuda(fn, desc, dev, size_fn, torch)
     return _lib.check(fn(ctypes.byref(desc)))
+
+
+def _call_cuda(fn, desc, dev, size_fn, torch):
+    """_call on dev's device, current: with a workspace from torch inside a capture."""
+    ws = _capture_workspace(size_fn, desc, dev, torch) if size_fn is not None else None
+    r = _lib.check(fn(ctypes.byref(desc)))
+    del ws  # after the call: torch's allocator orders the block's reuse after it
+    return r
 
 
 class _Call:
@@ -273,18 +285,19 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     return d, c, out, lse, probs
 
 
-def _capture_workspace(size_fn, desc, dev):
+def _capture_workspace(size_fn, desc, dev, torch):
     """Inside a CUDA graph capture on torch's current stream: the call's
-    workspace from torch's allocator (the capture's private pool), kept by the
-    caller until the call returns, so the graph holds no allocation and free
-    nodes of the library's stream-ordered workspace (decoding at b 1, s_k 4k,
-    32 splits: 1517 -> 1603 GB/s in graph replay on the H200, 2026-11-21).
-    Eager calls keep the library's own allocation (no size query a call).
-    None when not capturing or nothing is needed."""
-    if dev[0] != T.CUDA:
-        return None
-    torch = T._torch()
-    if torch is None or not torch.cuda.is_current_stream_capturing():
+    workspace from torch's allocator (the capture's private pool), so the
+    graph holds no allocation and free nodes of the library's stream-ordered
+    workspace (decoding at b 1, s_k 4k, 32 splits: 1517 -> 1603 GB/s in graph
+    replay on the H200, 2026-11-21). Eager calls keep the library's own
+    allocation (no size query a call). The capture must be torch's
+    (torch.cuda.graph, make_graphed_callables, torch.compile's CUDA graphs),
+    as for any torch op that allocates: torch gives a capture it did not
+    begin no private pool, so a block freed after the call would be reused
+    while the graph still holds its address. None when not capturing or
+    nothing is needed."""
+    if not torch.cuda.is_current_stream_capturing():
         return None
     n = ctypes.c_size_t(0)
     _lib.check(size_fn(ctypes.byref(desc), ctypes.byref(n)))
@@ -300,9 +313,7 @@ def _run_fwd(built, return_lse, return_probs):
     """One sdpa_fwd call on _build_fwd's result; forward()'s return value."""
     d, c, out, lse, probs = built
     L = _lib.lib()
-    ws = _capture_workspace(L.sdpa_fwd_workspace_size, d, c.dev)
-    _call(L.sdpa_fwd, d, c.dev)
-    del ws  # after the call: torch's allocator orders its reuse on the stream
+    _call(L.sdpa_fwd, d, c.dev, L.sdpa_fwd_workspace_size)
     if not (return_lse or return_probs):
         return out
     res = (out, lse)
@@ -448,9 +459,7 @@ def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", win
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
         deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv)
     L = _lib.lib()
-    ws = _capture_workspace(L.sdpa_bwd_workspace_size, d, c.dev)
-    _call(L.sdpa_bwd, d, c.dev)
-    del ws
+    _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size)
     return (dq, dk, dv) if db is None else (dq, dk, dv, db)
 
 

@@ -542,10 +542,11 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_decode_param
   return SDPA_OK;
 }
 
-/* The combine, as the attention kernel's programmatic dependent on sm_90
- * (it waits for that kernel's partials; launched plainly elsewhere). */
+/* The combine, as the attention kernel's programmatic dependent where its
+ * code holds the wait (sdpa_cuda_waits_for_grid), plainly elsewhere. */
 static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine)(const sdpa_decode_params *prm,
                                                                 unsigned grid, cudaStream_t stream) {
+  static unsigned char waits[SDPA_MAX_DEVICES]; /* per device: sdpa_cuda_waits_for_grid's answer */
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.gridDim = dim3(grid);
@@ -556,7 +557,7 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine)(const sdpa_deco
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
-  cfg.numAttrs = sdpa_cuda_arch() >= 90;
+  cfg.numAttrs = sdpa_cuda_waits_for_grid((const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine), waits);
   void *args[1] = {(void *)prm};
   cudaError_t e = cudaLaunchKernelExC(&cfg, (const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine), args);
   if (e == cudaSuccess) e = cudaGetLastError();

@@ -10,8 +10,9 @@
  *
  * Launched as the attention kernel's programmatic dependent on sm_90: its
  * blocks are resident and their addresses worked out before the partials
- * exist (griddep_wait). After the wait a block of 128 threads merges one
- * row: thread (slice, c) owns columns 4c .. 4c + 3 of the parts k = slice,
+ * exist (griddep_wait). After the wait a block of 128 threads (96 at HD
+ * 192) merges one row: thread (slice, c) owns columns 4c .. 4c + 3 of the
+ * parts k = slice,
  * slice + SLICES, ..., issues all its loads of a round together and merges
  * them online; the slices meet in shared memory. merge.cu's general kernel
  * (any dtypes and strides, natural-log lse, +-inf parts) did this until
@@ -21,12 +22,12 @@
  */
 
 enum {
-  CB_THREADS = 128,
-  CB_C4 = HD / 4,                    /* 4-column groups of a partial row */
-  CB_SLICES = CB_THREADS / CB_C4,    /* parts are dealt to this many slices */
-  CB_ROUND = 8                       /* parts a thread loads at once */
+  CB_C4 = HD / 4,               /* 4-column groups of a partial row */
+  CB_SLICES = 128 / CB_C4,      /* parts are dealt to this many slices (2 at HD 192) */
+  CB_THREADS = CB_SLICES * CB_C4, /* 128 but at HD 192 (96) */
+  CB_ROUND = 8                  /* parts a thread loads at once */
 };
-static_assert(CB_THREADS % CB_C4 == 0, "a row's column groups tile the block");
+static_assert(CB_SLICES >= 1, "a row's column groups fit a block");
 
 extern "C" __global__ void __launch_bounds__(CB_THREADS)
     SDPA_PASTE(SDPA_KERNEL_NAME, _combine)(const __grid_constant__ sdpa_decode_params prm) {

@@ -3,8 +3,9 @@
  * current device's compute capability (x10) and SM count, read once per
  * device and cached (registry.h). 0 when no device is usable, so
  * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`; the once-per-device
- * shared-memory opt-in; and every call's workspace (the caller's, or a
- * stream-ordered allocation).
+ * shared-memory opt-in; whether a kernel may be launched as a programmatic
+ * dependent; and every call's workspace (the caller's, or a stream-ordered
+ * allocation).
  */
 #include <stdint.h>
 
@@ -52,6 +53,29 @@ extern "C" int sdpa_cuda_sm_count(void) {
   int dev;
   if (!read_device(&dev)) return 0;
   return sm_cache[dev] > 0 ? sm_cache[dev] : 0;
+}
+
+/* Whether `kernel`, as loaded on the current device, was compiled from PTX
+ * of sm_90 or later, so its griddepcontrol.wait is there and it may be
+ * launched as a programmatic dependent (ptx_griddep.cuh compiles the wait
+ * out below sm_90: a newer GPU running the sm_80 PTX gets none). `cache` is
+ * the caller's per-kernel array, one byte per device (0 unknown, 1 yes,
+ * 2 no); a race stores the same answer twice. */
+extern "C" int sdpa_cuda_waits_for_grid(const void *kernel, unsigned char *cache) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES && cache[dev]) return cache[dev] == 1;
+  cudaFuncAttributes a;
+  int yes = 0;
+  if (cudaFuncGetAttributes(&a, kernel) == cudaSuccess)
+    yes = a.ptxVersion >= 90;
+  else
+    cudaGetLastError();
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES) cache[dev] = yes ? 1 : 2;
+  return yes;
 }
 
 /* Kernels that take more than 48 KB of dynamic shared memory must opt in, once

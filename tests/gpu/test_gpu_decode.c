@@ -310,7 +310,7 @@ static sdpa_status run_dev(sdpa_fwd_desc *desc, int graph) {
   cudaError_t e = cudaStreamEndCapture(s, &g);
   if (st == SDPA_OK && e == cudaSuccess) e = cudaGraphInstantiate(&ex, g, 0);
   /* twice, the outputs poisoned between: the second replay must write them
-   * all again (the split counters in the workspace start from 0 each time) */
+   * all again (nothing of the first replay's may stand in for it) */
   for (int rep = 0; rep < 2; ++rep) {
     if (rep == 1 && st == SDPA_OK && e == cudaSuccess) {
       CUDA_OK(cudaMemset(desc->out.data, 0xff, tensor_bytes(&desc->out)));
@@ -356,7 +356,7 @@ static void run_case_mode(const dcase *c, int graph) {
                 c->name, sdpa_last_error());
     /* the answer passed as it is, 0 included, with a pointer (a caller's arena) */
     CUDA_OK(cudaMalloc(&ws, bytes > 0 ? bytes : 16));
-    /* a caller's arena holds anything: all ones (split counters at -1) */
+    /* a caller's arena holds anything: all ones (NaN as floats) */
     CUDA_OK(cudaMemset(ws, 0xff, bytes > 0 ? bytes : 16));
     f.dev.workspace = ws;
     if (bytes > 0 && c->s_new > 0) {
