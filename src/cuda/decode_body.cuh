@@ -58,6 +58,12 @@
 #include "ptx_mma.cuh"
 
 #include "fwd_names.cuh"
+/* 1 in a row's wide twin (CMakeLists.txt): twice the row's warps a block */
+#ifndef SDPA_DECODE_WIDE
+#define SDPA_DECODE_WIDE 0
+#endif
+/* the row's entry points hand problems of few groups to the wide twin */
+#define DEC_HAS_WIDE (!SDPA_DECODE_WIDE && SDPA_HDIM == 128)
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
 #if SDPA_FWD_IS_BF16
@@ -73,7 +79,7 @@ enum {
   HD = SDPA_HDIM,
   BM = SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
-  NWARPS = SDPA_WARPS,
+  NWARPS = SDPA_WARPS * (SDPA_DECODE_WIDE ? 2 : 1),
   NTHREADS = NWARPS * 32,
   /* tiles per warp ring: one computing, the rest in flight; 2 above d = 128
    * so a block fits sm_80's 163 KB of shared memory (136 KB at d = 256) */
@@ -577,7 +583,17 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
   return sh;
 }
 
+#if DEC_HAS_WIDE
+extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(const sdpa_problem *p,
+                                                              const sdpa_kernel_row *row);
+extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(const sdpa_problem *p,
+                                                              const sdpa_kernel_row *row);
+#endif
+
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
+#if DEC_HAS_WIDE
+  if (sdpa_decode_wants_wide(p, BM)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
+#endif
   (void)row;
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
@@ -586,6 +602,9 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
+#if DEC_HAS_WIDE
+  if (sdpa_decode_wants_wide(p, BM)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
+#endif
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
@@ -597,6 +616,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
+#undef DEC_HAS_WIDE
+#undef SDPA_DECODE_WIDE
 #undef DEC_MMA
 #undef DEC_BOUNDS
 #undef DEC_PACK

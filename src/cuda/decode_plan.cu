@@ -78,6 +78,25 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   return 1;
 }
 
+/*
+ * The wide twin (8 warps a block instead of 4, one block an SM at d 128)
+ * takes grids of at most one (batch, kv head, query block) group for every
+ * SDPA_DECODE_WIDE_SMS SMs: such grids are split 16 to 32 ways, and with
+ * twice the warps a block the same warps an SM come in half the splits,
+ * half the partials and half the combine's parts. Measured on the H200
+ * (graph GB/s, decode_probe.py --libs, two rounds, 2026-11-21): b 1 s_k 4k
+ * 1549 / 1597 -> 1684 / 1720 (cuDNN 1629), 16k and b 8 level, 128k +1%;
+ * at b 32 s_k 4k (no split) the wide blocks lost 0.7%, hence the bound.
+ */
+#define SDPA_DECODE_WIDE_SMS 8
+
+int sdpa_decode_wants_wide(const sdpa_problem *p, int block_m) {
+  sdpa_decode_shape sh;
+  sh.block_m = block_m;
+  const int64_t groups = p->b * p->h_k * decode_m_blocks(p, &sh);
+  return groups > 0 && groups * SDPA_DECODE_WIDE_SMS <= (int64_t)sdpa_cuda_sm_count();
+}
+
 /* Partials: out [splits, b, s_q, h, hd] fp32, then lse [splits, b, s_q, h],
  * each 256-byte aligned. None when unsplit. */
 static size_t part_out_bytes(const sdpa_problem *p, const sdpa_decode_shape *sh, int splits) {
