@@ -80,17 +80,20 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 
 /*
  * The wide twin (8 warps a block instead of 4, one block an SM at d 128)
- * takes grids of at most one (batch, kv head, query block) group for every
- * SDPA_DECODE_WIDE_SMS SMs: such grids are split 16 to 32 ways, and with
- * twice the warps a block the same warps an SM come in half the splits,
- * half the partials and half the combine's parts. Measured on the H200
- * (graph GB/s, decode_probe.py --libs, two rounds, 2026-11-21): b 1 s_k 4k
- * 1549 / 1597 -> 1684 / 1720 (cuDNN 1629), 16k and b 8 level, 128k +1%;
- * at b 32 s_k 4k (no split) the wide blocks lost 0.7%, hence the bound.
+ * takes unpaged problems whose grid has at most one (batch, kv head, query
+ * block) group for every SDPA_DECODE_WIDE_SMS SMs: such grids are split 16
+ * to 32 ways, and with twice the warps a block the same warps an SM come in
+ * half the splits, half the partials and half the combine's parts.
+ * Measured on the H200 (graph GB/s, decode_probe.py --libs, two rounds each,
+ * 2026-11-21), contiguous cache: b 1 s_k 4k 1549 / 1604 -> 1685 / 1718
+ * (cuDNN 1618), 16k level, 128k +1%; b 32 s_k 4k (no split) -0.7% with
+ * every row wide, hence the bound. Pages of 16 at b 1 and 2 lost 1-5% wide
+ * (b 1 s_k 16k 2680 / 2657 -> 2585 / 2596), hence unpaged only.
  */
 #define SDPA_DECODE_WIDE_SMS 8
 
 int sdpa_decode_wants_wide(const sdpa_problem *p, int block_m) {
+  if (p->page_size > 0) return 0;
   sdpa_decode_shape sh;
   sh.block_m = block_m;
   const int64_t groups = p->b * p->h_k * decode_m_blocks(p, &sh);
