@@ -591,20 +591,17 @@ extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(const sdpa_proble
 #endif
 
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
-#if DEC_HAS_WIDE
-  if (sdpa_decode_wants_wide(p, BM)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
-#endif
   (void)row;
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
+#if DEC_HAS_WIDE
+  if (sdpa_decode_wants_wide(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
+#endif
   return sdpa_decode_workspace(p, &sh);
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-#if DEC_HAS_WIDE
-  if (sdpa_decode_wants_wide(p, BM)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
-#endif
   (void)row;
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
@@ -612,6 +609,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
+#if DEC_HAS_WIDE
+  if (sdpa_decode_wants_wide(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
+#endif
   return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }

@@ -205,8 +205,8 @@ extern "C" {
 sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
 /* decode_plan.cu */
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
-/* whether a d 128 row hands the problem to its wide twin (block_m: the row's) */
-int sdpa_decode_wants_wide(const sdpa_problem *p, int block_m);
+/* whether a d 128 row (sh: its shape) hands the problem to its wide twin */
+int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
 /* launch: the attention kernel (grid = its blocks); combine: with more than
  * one split, the combine (grid = b * s_q * h rows) after it */
