@@ -80,29 +80,30 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 
 /*
  * The wide twin (twice the row's warps a block: 8, one block an SM at d 128)
- * takes short problems on small grids: at most one (batch, kv head, query
- * block) group for every SDPA_DECODE_WIDE_SMS SMs, and keys so few that the
- * row's automatic plan (whatever num_splits asks) is capped by them, each
- * warp left with SDPA_DECODE_MIN_TILES_PER_WARP tiles. There the same warps
- * an SM come in half the splits, half the partials and half the combine's
- * parts. The choice depends on the shape alone, so a paged and a contiguous
- * cache of one shape run one kernel (and stay bitwise equal). Measured on
- * the H200 (graph GB/s, decode_probe.py --libs, two rounds each,
- * 2026-11-21), b 1 s_k 4k: contiguous 1549 / 1604 -> 1685 / 1718 (cuDNN
- * 1618), pages of 16 1579 / 1562 -> 1580 / 1616. Where the keys are not the
- * cap the wide blocks did not pay: b 1 s_k 16k contiguous level, pages of
- * 16 -3% (b 2 s_k 4k -5%); b 32 s_k 4k -0.7% with every row wide.
+ * takes short problems on small grids when the split count is the
+ * planner's (num_splits = 0; a forced count names the row's own plan): at
+ * most one (batch, kv head, query block) group for every
+ * SDPA_DECODE_WIDE_SMS SMs, and keys so few that the row's plan is capped
+ * by them, each warp left with SDPA_DECODE_MIN_TILES_PER_WARP tiles. There
+ * the same warps an SM come in half the splits, half the partials and half
+ * the combine's parts. (Calls that must agree bitwise, as a paged and a
+ * contiguous cache of one problem, force one split count: the row's
+ * kernel for both; their capacities s_k, which the planner reads, differ.)
+ * Measured on the H200 (graph GB/s, decode_probe.py --libs, two rounds
+ * each, 2026-11-21), b 1 s_k 4k: contiguous 1549 / 1604 -> 1685 / 1718
+ * (cuDNN 1618), pages of 16 1579 / 1562 -> 1580 / 1616. Where the keys are
+ * not the cap the wide blocks did not pay: b 1 s_k 16k contiguous level,
+ * pages of 16 -3% (b 2 s_k 4k -5%); b 32 s_k 4k -0.7% with every row wide.
  */
 #define SDPA_DECODE_WIDE_SMS 8
 
 int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
+  if (p->num_splits > 0) return 0;
   const int64_t groups = p->b * p->h_k * decode_m_blocks(p, sh);
   if (groups <= 0 || groups * SDPA_DECODE_WIDE_SMS > (int64_t)sdpa_cuda_sm_count()) return 0;
   const int64_t cap = ceil_div(p->s_k, SDPA_DECODE_TILE) /
                       ((int64_t)SDPA_DECODE_MIN_TILES_PER_WARP * sh->warps);
-  sdpa_problem automatic = *p;
-  automatic.num_splits = 0;
-  return cap > 1 && sdpa_decode_num_splits(&automatic, sh) >= cap;
+  return cap > 1 && sdpa_decode_num_splits(p, sh) >= cap;
 }
 
 /* Partials: out [splits, b, s_q, h, hd] fp32, then lse [splits, b, s_q, h],

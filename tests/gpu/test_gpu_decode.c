@@ -629,6 +629,12 @@ int main(int argc, char **argv) {
     c.page = 16;
     c.splits = 3;
     run_case(&c);
+    /* the d 128 rows' wide twin (decode_plan.cu): 2 groups, keys the cap */
+    c = dbase("small wide twin paged append rotary", SDPA_DTYPE_BF16, 1, 8, 2, 1, 1, 128, 512);
+    c.page = 16;
+    c.rotary = 2;
+    c.rotary_dim = 128;
+    run_case(&c);
     return test_summary();
   }
 
@@ -739,6 +745,17 @@ int main(int argc, char **argv) {
   c = dbase("auto split long", SDPA_DTYPE_BF16, 1, 32, 8, 1, 1, 128, 20000);
   c.page = 256;
   run_case(&c);
+  /* the d 128 rows' wide twin (decode_plan.cu: few groups, a plan capped
+   * by the keys): the benchmark's b 1 s_k 4k, contiguous and paged with
+   * append and rotary, s_q 1 and 2 */
+  for (int k = 0; k < 2; ++k) {
+    c = dbase("wide twin", dts[k], 1, 32, 8, 1 + k, k, 128, 4096);
+    c.page = k ? 16 : 0;
+    c.rotary = k;
+    c.rotary_dim = k ? 64 : 0;
+    c.causal = k;
+    run_case(&c);
+  }
   /* dense problems with forced splits */
   c = dbase("dense split-KV", SDPA_DTYPE_BF16, 2, 8, 2, 33, 0, 128, 500);
   c.dense = 1;
