@@ -8,7 +8,9 @@
  *   SDPA_HDIM         head-dim bucket (64, 128 or 256: 16-byte chunks in groups of 8)
  *   SDPA_BLOCK_M      packed query rows per block (16: one m16 tile)
  *   SDPA_BLOCK_N      keys per warp tile (16)
- *   SDPA_WARPS        warps per block
+ *   SDPA_WARPS        warps per block (twice that with SDPA_DECODE_WIDE 1: a d 128
+ *                     row's wide twin, which the row's entry points call for
+ *                     problems sdpa_decode_wants_wide picks)
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
