@@ -585,11 +585,36 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
   return sh;
 }
 
+#if SDPA_DECODE_WIDE
+/* Whether this wide block fits the current device's shared memory (its
+ * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not), read
+ * once per device; the row runs its own kernel where it does not. */
+extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
+  static unsigned char fits[SDPA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES && fits[dev]) return fits[dev] == 1;
+  int yes = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
+    yes = optin >= (int)SMEM_BYTES;
+  else
+    cudaGetLastError();
+  if (dev >= 0 && dev < SDPA_MAX_DEVICES) fits[dev] = yes ? 1 : 2;
+  return yes;
+}
+#endif
+
 #if DEC_HAS_WIDE
+extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)(void);
 extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(const sdpa_problem *p,
                                                               const sdpa_kernel_row *row);
 extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(const sdpa_problem *p,
                                                               const sdpa_kernel_row *row);
+/* the row's problem for its wide twin: where the twin fits, as the planner picks */
+#define DEC_GOES_WIDE(p, sh) (SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)() && sdpa_decode_wants_wide(p, sh))
 #endif
 
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
@@ -598,7 +623,7 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
 #if DEC_HAS_WIDE
-  if (sdpa_decode_wants_wide(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
+  if (DEC_GOES_WIDE(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
 #endif
   return sdpa_decode_workspace(p, &sh);
 }
@@ -612,12 +637,13 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
 #if DEC_HAS_WIDE
-  if (sdpa_decode_wants_wide(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
+  if (DEC_GOES_WIDE(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
 #endif
   return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
+#undef DEC_GOES_WIDE
 #undef DEC_HAS_WIDE
 #undef SDPA_DECODE_WIDE
 #undef DEC_MMA

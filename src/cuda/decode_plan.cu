@@ -79,7 +79,8 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 }
 
 /*
- * The wide twin (twice the row's warps a block: 8, one block an SM at d 128)
+ * The wide twin (twice the row's warps a block: 8, one block an SM at d 128;
+ * where its 196 KB of shared memory fit, so not on sm_80: decode_body.cuh)
  * takes short problems on small grids when the split count is the
  * planner's (num_splits = 0; a forced count names the row's own plan): at
  * most one (batch, kv head, query block) group for every

@@ -90,9 +90,11 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
     return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaGetDevice failed: %s", name, cudaGetErrorString(e));
   if (dev >= 0 && dev < SDPA_MAX_DEVICES && done[dev]) return SDPA_OK;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess)
+  if (e != cudaSuccess) {
+    cudaGetLastError(); /* cleared, so a later launch check does not see it */
     return sdpa_fail(SDPA_ERR_CUDA, "%s: cudaFuncSetAttribute(%d bytes of shared memory) failed: %s",
                      name, bytes, cudaGetErrorString(e));
+  }
   if (dev >= 0 && dev < SDPA_MAX_DEVICES) done[dev] = 1;
   return SDPA_OK;
 }

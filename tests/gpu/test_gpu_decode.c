@@ -782,6 +782,9 @@ int main(int argc, char **argv) {
   run_case_mode(&c, 2);
   c.splits = 1; /* no workspace needed: a pointer with workspace_size = 0 */
   run_case_mode(&c, 2);
+  /* the wide twin's workspace (the planner's split count): queried, passed, captured */
+  c = dbase("graph wide twin", SDPA_DTYPE_BF16, 1, 32, 8, 1, 0, 128, 4096);
+  run_case_mode(&c, 2);
   /* merge_states */
   run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 4, 7, 3, 64);
   run_merge(SDPA_DTYPE_BF16, SDPA_DTYPE_F16, 1, 5, 2, 300);
