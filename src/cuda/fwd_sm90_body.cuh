@@ -212,6 +212,19 @@ __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t s
   wg_commit();
 }
 
+/* Once the tile's Q K^T is in sc (its wgmma retired): frees the K stage
+ * (kempty) and turns the scores into the softmax's input (scale or softcap,
+ * bias, and the masks where the tile is not wholly visible: scores_pre /
+ * scores_post). The pipelined and the plain loop share it. */
+__device__ __forceinline__ void qk_scores(float (*sc)[NT][4], const sdpa_fwd_sm80_params *prm,
+                                          const fwd_block *kb, uint32_t kempty, int n0, int full,
+                                          int lane, int t) {
+  wg_fence_acc(sc[0], NT);
+  if (lane == 0) mbar_arrive(kempty);
+  scores_pre(sc, prm, !prm->fold);
+  scores_post(sc, prm, kb, n0, t, !full);
+}
+
 /* Issues O += P V of the key tile at n0 (V in stage sv, its full barrier
  * vfull at phase ph) once V has landed; the tail zeroed first where the
  * copy read rows that are not the sequence's (zero_tail). */
@@ -261,11 +274,7 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
     wg_wait0();
   else
     wg_wait1(); /* Q K^T, committed first, is done; P V may still run */
-  wg_fence_acc(sc[0], NT);
-  if (lane == 0) mbar_arrive(bar_kempty(bars, s));
-  const int full = n0 >= kb->lo1 && n0 + BN <= kb->hi0;
-  scores_pre(sc, prm, !prm->fold);
-  scores_post(sc, prm, kb, n0, t, !full);
+  qk_scores(sc, prm, kb, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
   float corr[MT][2];
   const int moved = softmax_probs(sc, row_max, row_sum, prm->exp_mul, corr);
   if (!first) pv_retire(o, bar_vempty(bars, sp), lane);
@@ -329,12 +338,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       else if (drop)
         drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
       wg_wait0();
-      wg_fence_acc(sc[0], NT);
-      if (lane == 0) mbar_arrive(bar_kempty(bars, s));
-
-      const int full = n0 >= kb->lo1 && n0 + BN <= kb->hi0;
-      scores_pre(sc, prm, !prm->fold);
-      scores_post(sc, prm, kb, n0, t, !full);
+      qk_scores(sc, prm, kb, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
       softmax_step(sc, o, row_max, row_sum, prm->exp_mul);
       uint32_t pa[PS][4];
 #pragma unroll
