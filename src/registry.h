@@ -92,6 +92,8 @@ extern "C" {
 #endif
 int sdpa_cuda_arch(void);
 int sdpa_cuda_sm_count(void);
+/* the current device's opt-in shared memory a block in bytes (0: none usable) */
+int sdpa_cuda_smem_optin(void);
 /* Devices the per-device caches and flags cover (more are used uncached). */
 #define SDPA_MAX_DEVICES 64
 /* Raises a kernel's dynamic shared-memory limit to `bytes` (> 48 KB needs it)

@@ -60,12 +60,16 @@
 #include "ptx_mma.cuh"
 
 #include "fwd_names.cuh"
-/* 1 in a row's wide twin (CMakeLists.txt): twice the row's warps a block */
+/* CMakeLists.txt gives a d 128 row a wide twin: SDPA_DECODE_WIDE 1 in the
+ * twin (twice the row's warps a block), SDPA_DECODE_HAS_WIDE 1 in the row,
+ * whose entry points hand it the problems sdpa_decode_wants_wide picks */
 #ifndef SDPA_DECODE_WIDE
 #define SDPA_DECODE_WIDE 0
 #endif
-/* the row's entry points hand problems of few groups to the wide twin */
-#define DEC_HAS_WIDE (!SDPA_DECODE_WIDE && SDPA_HDIM == 128)
+#ifndef SDPA_DECODE_HAS_WIDE
+#define SDPA_DECODE_HAS_WIDE 0
+#endif
+#define DEC_HAS_WIDE SDPA_DECODE_HAS_WIDE
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
 #if SDPA_FWD_IS_BF16
@@ -587,23 +591,10 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
 
 #if SDPA_DECODE_WIDE
 /* Whether this wide block fits the current device's shared memory (its
- * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not), read
- * once per device; the row runs its own kernel where it does not. */
+ * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not); the
+ * row runs its own kernel where it does not. */
 extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
-  static unsigned char fits[SDPA_MAX_DEVICES]; /* 0 unknown, 1 yes, 2 no */
-  int dev = 0, optin = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (dev >= 0 && dev < SDPA_MAX_DEVICES && fits[dev]) return fits[dev] == 1;
-  int yes = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess)
-    yes = optin >= (int)SMEM_BYTES;
-  else
-    cudaGetLastError();
-  if (dev >= 0 && dev < SDPA_MAX_DEVICES) fits[dev] = yes ? 1 : 2;
-  return yes;
+  return sdpa_cuda_smem_optin() >= (int)SMEM_BYTES;
 }
 #endif
 
@@ -646,6 +637,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef DEC_GOES_WIDE
 #undef DEC_HAS_WIDE
 #undef SDPA_DECODE_WIDE
+#undef SDPA_DECODE_HAS_WIDE
 #undef DEC_MMA
 #undef DEC_BOUNDS
 #undef DEC_PACK

@@ -1,7 +1,7 @@
 /*
  * runtime.cu - what the host side of the CUDA backend asks of the device: the
- * current device's compute capability (x10) and SM count, read once per
- * device and cached (registry.h). 0 when no device is usable, so
+ * current device's compute capability (x10), SM count and opt-in shared
+ * memory a block, read once per device and cached (registry.h). 0 when no device is usable, so
  * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`; the once-per-device
  * shared-memory opt-in; whether a kernel may be launched as a programmatic
  * dependent; and every call's workspace (the caller's, or a stream-ordered
@@ -18,6 +18,7 @@
  * same value twice. */
 static int arch_cache[SDPA_MAX_DEVICES];
 static int sm_cache[SDPA_MAX_DEVICES];
+static int smem_cache[SDPA_MAX_DEVICES]; /* opt-in shared memory a block, bytes */
 
 static int read_device(int *dev_out) {
   int dev = 0;
@@ -27,16 +28,20 @@ static int read_device(int *dev_out) {
   }
   if (dev < 0 || dev >= SDPA_MAX_DEVICES) return 0;
   if (arch_cache[dev] == 0) {
-    int major = 0, minor = 0, sms = 0;
+    int major = 0, minor = 0, sms = 0, smem = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess) {
       cudaGetLastError();
       arch_cache[dev] = -1;
       sm_cache[dev] = -1;
+      smem_cache[dev] = -1;
     } else {
       sm_cache[dev] = sms;
-      arch_cache[dev] = major * 10 + minor;
+      smem_cache[dev] = smem;
+      arch_cache[dev] = major * 10 + minor; /* last: it marks the entry read */
     }
   }
   *dev_out = dev;
@@ -53,6 +58,12 @@ extern "C" int sdpa_cuda_sm_count(void) {
   int dev;
   if (!read_device(&dev)) return 0;
   return sm_cache[dev] > 0 ? sm_cache[dev] : 0;
+}
+
+extern "C" int sdpa_cuda_smem_optin(void) {
+  int dev;
+  if (!read_device(&dev)) return 0;
+  return smem_cache[dev] > 0 ? smem_cache[dev] : 0;
 }
 
 /* Whether `kernel`, as loaded on the current device, was compiled from PTX
