@@ -11,6 +11,9 @@
  *   SDPA_WARPS        warps per block (twice that with SDPA_DECODE_WIDE 1: a d 128
  *                     row's wide twin, which the row's entry points call for
  *                     problems sdpa_decode_wants_wide picks)
+ * and, for a d 128 row's twins (CMakeLists.txt), SDPA_DECODE_HAS_TWINS 1 in the
+ * row, SDPA_DECODE_WIDE 1 or SDPA_DECODE_LEAN 1 (a two-stage ring, three
+ * blocks an SM: the row's paged calls) in the twin,
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
@@ -60,16 +63,21 @@
 #include "ptx_mma.cuh"
 
 #include "fwd_names.cuh"
-/* CMakeLists.txt gives a d 128 row a wide twin: SDPA_DECODE_WIDE 1 in the
- * twin (twice the row's warps a block), SDPA_DECODE_HAS_WIDE 1 in the row,
- * whose entry points hand it the problems sdpa_decode_wants_wide picks */
+/* CMakeLists.txt gives a d 128 row two twins: SDPA_DECODE_WIDE 1 (twice the
+ * row's warps a block: the problems sdpa_decode_wants_wide picks) and
+ * SDPA_DECODE_LEAN 1 (two ring stages instead of three, so three blocks an
+ * SM instead of two: the row's paged calls), and SDPA_DECODE_HAS_TWINS 1 in
+ * the row, whose entry points hand them those problems */
 #ifndef SDPA_DECODE_WIDE
 #define SDPA_DECODE_WIDE 0
 #endif
-#ifndef SDPA_DECODE_HAS_WIDE
-#define SDPA_DECODE_HAS_WIDE 0
+#ifndef SDPA_DECODE_LEAN
+#define SDPA_DECODE_LEAN 0
 #endif
-#define DEC_HAS_WIDE SDPA_DECODE_HAS_WIDE
+#ifndef SDPA_DECODE_HAS_TWINS
+#define SDPA_DECODE_HAS_TWINS 0
+#endif
+#define DEC_HAS_TWINS SDPA_DECODE_HAS_TWINS
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
 #if SDPA_FWD_IS_BF16
@@ -88,8 +96,10 @@ enum {
   NWARPS = SDPA_WARPS * (SDPA_DECODE_WIDE ? 2 : 1),
   NTHREADS = NWARPS * 32,
   /* tiles per warp ring: one computing, the rest in flight; 2 above d = 128
-   * so a block fits sm_80's 163 KB of shared memory (136 KB at d = 256) */
-  STAGES = HD > 128 ? 2 : 3,
+   * so a block fits sm_80's 163 KB of shared memory (136 KB at d = 256), and
+   * in the lean twin, whose 68 KB blocks fit three an SM on sm_90 (the same
+   * tiles in the same order: its results are the row's, bit for bit) */
+  STAGES = HD > 128 || SDPA_DECODE_LEAN ? 2 : 3,
   KS = HD / 16,                /* k16 steps of Q K^T */
   DT = HD / 8,                 /* n8 tiles of O */
   CPR = HD / 8,                /* 16-byte chunks per shared row */
@@ -239,10 +249,14 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
 
 /* At d = 64 an SM holds four blocks by shared memory; the launch bounds
  * keep the registers there too (left alone, ptxas gave the kernel 146 on
- * sm_80: three blocks). Above, no minimum: one changed ptxas's allocation
- * (168 -> 208 registers at d = 128). */
+ * sm_80: three blocks). The lean twin is for three blocks an SM: at most
+ * 168 registers (it gets 168 on sm_90a, as the row does unbounded). Above,
+ * no minimum: one changed ptxas's allocation (168 -> 208 registers at d =
+ * 128). */
 #if SDPA_HDIM <= 64
 #define DEC_BOUNDS __launch_bounds__(NTHREADS, 4)
+#elif SDPA_DECODE_LEAN
+#define DEC_BOUNDS __launch_bounds__(NTHREADS, 3)
 #else
 #define DEC_BOUNDS __launch_bounds__(NTHREADS)
 #endif
@@ -596,16 +610,44 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
 extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   return sdpa_cuda_smem_optin() >= (int)SMEM_BYTES;
 }
+#elif SDPA_DECODE_LEAN
+/* Whether three lean blocks fit an SM of the current device (on sm_80 two
+ * do, as two of the row's: there the row's deeper ring is the better one) */
+extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
+  int bps = 0;
+  return SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) == SDPA_OK && bps >= 3;
+}
 #endif
 
-#if DEC_HAS_WIDE
-extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)(void);
-extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(const sdpa_problem *p,
-                                                              const sdpa_kernel_row *row);
-extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(const sdpa_problem *p,
-                                                              const sdpa_kernel_row *row);
-/* the row's problem for its wide twin: where the twin fits, as the planner picks */
-#define DEC_GOES_WIDE(p, sh) (SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)() && sdpa_decode_wants_wide(p, sh))
+#if DEC_HAS_TWINS
+#define DEC_TWIN_DECL(twin)                                                                       \
+  extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, twin##_fits)(void);                                 \
+  extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, twin##_workspace)(const sdpa_problem *p,         \
+                                                                   const sdpa_kernel_row *row);   \
+  extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, twin##_run)(const sdpa_problem *p,          \
+                                                                  const sdpa_kernel_row *row);
+DEC_TWIN_DECL(_wide)
+DEC_TWIN_DECL(_lean)
+#undef DEC_TWIN_DECL
+/* The row's problems for its twins, where they fit: to the wide one as the
+ * planner picks; to the lean one every paged cache. Pages of 16, graph GB/s
+ * on the H200 (decode_probe.py --libs, row / lean, two rounds each,
+ * 2026-11-21): b 8 s_k 4k 3386 / 3381 -> 3455 / 3443, 16k 4097 / 4094 ->
+ * 4222 / 4217, 128k 4423 / 4424 -> 4506 / 4506; b 32 4k 4166 / 4179 -> 4178
+ * / 4185, 16k 4345 / 4329 -> 4460 / 4468, 128k 4524 / 4525 -> 4569 / 4563;
+ * b 64 4k 4347 / 4364 -> 4380 / 4374, 16k 4446 / 4443 -> 4501 / 4501. (Not
+ * profiled. A paged tile of 16 rows is one page, whose table lookup is one
+ * more dependent load; a third block an SM is the likely cover.) Contiguous
+ * caches stay with the row: lean there was 0.8 .. 3.7% slower at b 1 s_k 16k
+ * and b 8 .. 64 s_k 4k, level at 128k. Lean and row compute the same tiles
+ * in the same order, so a paged and a contiguous cache of one problem at one
+ * forced split count still agree bit for bit. */
+enum { DEC_SELF, DEC_WIDE_TWIN, DEC_LEAN_TWIN };
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(const sdpa_problem *p, const sdpa_decode_shape *sh) {
+  if (SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)() && sdpa_decode_wants_wide(p, sh)) return DEC_WIDE_TWIN;
+  if (p->page_size > 0 && SDPA_PASTE(SDPA_KERNEL_NAME, _lean_fits)()) return DEC_LEAN_TWIN;
+  return DEC_SELF;
+}
 #endif
 
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
@@ -613,8 +655,11 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if DEC_HAS_WIDE
-  if (DEC_GOES_WIDE(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
+#if DEC_HAS_TWINS
+  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh)) {
+  case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
+  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_workspace)(p, row);
+  }
 #endif
   return sdpa_decode_workspace(p, &sh);
 }
@@ -627,17 +672,20 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if DEC_HAS_WIDE
-  if (DEC_GOES_WIDE(p, &sh)) return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
+#if DEC_HAS_TWINS
+  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh)) {
+  case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
+  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_run)(p, row);
+  }
 #endif
   return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
-#undef DEC_GOES_WIDE
-#undef DEC_HAS_WIDE
+#undef DEC_HAS_TWINS
 #undef SDPA_DECODE_WIDE
-#undef SDPA_DECODE_HAS_WIDE
+#undef SDPA_DECODE_LEAN
+#undef SDPA_DECODE_HAS_TWINS
 #undef DEC_MMA
 #undef DEC_BOUNDS
 #undef DEC_PACK

@@ -461,7 +461,9 @@ static void run_case_mode(const dcase *c, int graph) {
 static void run_case(const dcase *c) { run_case_mode(c, 0); }
 
 /* The same logical cache, contiguous and paged (shuffled blocks): the same
- * kernel, tiles and splits, so the outputs are equal bit for bit. */
+ * tiles in the same order and splits (on sm_90 the paged call runs the row's
+ * lean twin, the contiguous one the row: the same arithmetic), so the outputs
+ * are equal bit for bit. */
 static void run_paged_vs_contiguous(sdpa_dtype dt, int64_t page, int64_t s_q, int splits) {
   dcase c = dbase("paged == contiguous", dt, 3, 8, 2, s_q, 0, 128, 1000);
   c.page = 0;
@@ -756,6 +758,17 @@ int main(int argc, char **argv) {
     c.causal = k;
     run_case(&c);
   }
+  /* the d 128 rows' lean twin (decode_body.cuh: every paged call where three
+   * of its blocks fit an SM) at the planner's split count for three blocks an
+   * SM (b 8 s_k 4k on 132 SMs: 6, the row's 4), with append and rotary */
+  for (int k = 0; k < 2; ++k) {
+    c = dbase("lean twin", dts[k], 8, 32, 8, 1 + k, 1, 128, 4096);
+    c.page = 16;
+    c.rotary = 1 + k;
+    c.rotary_dim = 128;
+    c.causal = k;
+    run_case(&c);
+  }
   /* dense problems with forced splits */
   c = dbase("dense split-KV", SDPA_DTYPE_BF16, 2, 8, 2, 33, 0, 128, 500);
   c.dense = 1;
@@ -782,8 +795,11 @@ int main(int argc, char **argv) {
   run_case_mode(&c, 2);
   c.splits = 1; /* no workspace needed: a pointer with workspace_size = 0 */
   run_case_mode(&c, 2);
-  /* the wide twin's workspace (the planner's split count): queried, passed, captured */
+  /* the twins' workspaces (the planner's split counts): queried, passed, captured */
   c = dbase("graph wide twin", SDPA_DTYPE_BF16, 1, 32, 8, 1, 0, 128, 4096);
+  run_case_mode(&c, 2);
+  c = dbase("graph lean twin", SDPA_DTYPE_F16, 8, 32, 8, 1, 1, 128, 4096);
+  c.page = 16;
   run_case_mode(&c, 2);
   /* merge_states */
   run_merge(SDPA_DTYPE_F32, SDPA_DTYPE_F32, 4, 7, 3, 64);
