@@ -14,9 +14,10 @@ CUDNN's) and exits (for ncu: `ncu --csv ... python3 bench/decode_probe.py
 --once --torch | python3 bench/ncu_table.py`).
 --libs name=path,name=path,... compares builds of the library in one
 process, cell by cell on the same tensors (before / after a kernel change):
-each build's split count, eager and graph GB/s of the contiguous and page-16
-caches, of a head-major cache (k / v [b, 8, L, 128] storage seen as
-[b, L, 8, 128]: each kv head's rows contiguous) and, where the split count
+each build's split count, eager and graph GB/s of the contiguous and paged
+caches (--pages: the page sizes, 16 unless given), of a head-major cache
+(k / v [b, 8, L, 128] storage seen as [b, L, 8, 128]: each kv head's rows
+contiguous) and, where the split count
 is > 1, of the contiguous cache called as a dense problem with that count
 forced (no cache_seqlens: what a length load costs), the largest output
 difference from the first build's on the same layout where not 0, and torch
@@ -24,7 +25,7 @@ CUDNN on the contiguous and head-major storage.
 
   python3 bench/decode_probe.py [--cells 1x4096,8x16384] [--splits 0,8,16,32]
                                 [--torch] [--host] [--ws] [--profile] [--once]
-                                [--libs base=a/libsdpa.so,new=b/libsdpa.so]
+                                [--libs base=a/libsdpa.so,new=b/libsdpa.so] [--pages 16,256]
 """
 import argparse
 import ctypes
@@ -152,7 +153,7 @@ def cell(b, L, splits, with_torch, once, with_ws=False, prof=False):
           + " ".join(parts), flush=True)
 
 
-def ab_cell(b, L, libs):
+def ab_cell(b, L, libs, pages=(16,)):
     torch.manual_seed(0)
     nbytes = 2 * b * L * H_K * D * 2
     q = torch.randn(b, 1, H, D, device="cuda", dtype=torch.bfloat16)
@@ -162,9 +163,10 @@ def ab_cell(b, L, libs):
     v = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
     kh = k.transpose(1, 2).contiguous()  # [b, 8, L, 128] storage
     vh = v.transpose(1, 2).contiguous()
-    kp, vp, bt = bd.paged_cache(b, L, 16)
-    layouts = {"contig": (k, v, None), "page16": (kp, vp, bt),
-               "headmaj": (kh.transpose(1, 2), vh.transpose(1, 2), None)}
+    layouts = {"contig": (k, v, None)}
+    for pg in pages:
+        layouts[f"page{pg}"] = bd.paged_cache(b, L, pg)
+    layouts["headmaj"] = (kh.transpose(1, 2), vh.transpose(1, 2), None)
     refs, parts = {}, []
     for name, path in libs:
         use_library(path)
@@ -240,11 +242,12 @@ def main():
     ap.add_argument("--ws", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--libs", default="")
+    ap.add_argument("--pages", default="16", help="with --libs: the page sizes timed")
     args = ap.parse_args()
     if args.libs:
         libs = parse_libs(args.libs)
         for c in args.cells.split(","):
-            ab_cell(*(int(x) for x in c.split("x")), libs)
+            ab_cell(*(int(x) for x in c.split("x")), libs, [int(x) for x in args.pages.split(",")])
         return
     splits = [int(x) for x in args.splits.split(",")]
     if args.host:

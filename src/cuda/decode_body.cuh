@@ -611,11 +611,12 @@ extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   return sdpa_cuda_smem_optin() >= (int)SMEM_BYTES;
 }
 #elif SDPA_DECODE_LEAN
-/* Whether three lean blocks fit an SM of the current device (on sm_80 two
- * do, as two of the row's: there the row's deeper ring is the better one) */
+/* Lean blocks an SM of the current device where three or more fit, else 0
+ * (on sm_80 two do, as two of the row's: there the row's deeper ring is the
+ * better one) */
 extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   int bps = 0;
-  return SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) == SDPA_OK && bps >= 3;
+  return SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) == SDPA_OK && bps >= 3 ? bps : 0;
 }
 #endif
 
@@ -630,23 +631,23 @@ DEC_TWIN_DECL(_wide)
 DEC_TWIN_DECL(_lean)
 #undef DEC_TWIN_DECL
 /* The row's problems for its twins, where they fit: to the wide one as the
- * planner picks; to the lean one every paged cache. Pages of 16, graph GB/s
- * on the H200 (decode_probe.py --libs, row / lean, two rounds each,
- * 2026-11-21): b 8 s_k 4k 3386 / 3381 -> 3455 / 3443, 16k 4097 / 4094 ->
- * 4222 / 4217, 128k 4423 / 4424 -> 4506 / 4506; b 32 4k 4166 / 4179 -> 4178
- * / 4185, 16k 4345 / 4329 -> 4460 / 4468, 128k 4524 / 4525 -> 4569 / 4563;
- * b 64 4k 4347 / 4364 -> 4380 / 4374, 16k 4446 / 4443 -> 4501 / 4501. (Not
- * profiled. A paged tile of 16 rows is one page, whose table lookup is one
- * more dependent load; a third block an SM is the likely cover.) Contiguous
- * caches stay with the row: lean there was 0.8 .. 3.7% slower at b 1 s_k 16k
- * and b 8 .. 64 s_k 4k, level at 128k. Lean and row compute the same tiles
- * in the same order, so a paged and a contiguous cache of one problem at one
- * forced split count still agree bit for bit. */
+ * planner picks (sdpa_decode_wants_wide); to the lean one every cache paged
+ * in pages of one tile (16 rows: each tile its own page and block_table
+ * lookup), at the split count sdpa_decode_lean_splits gives (decode_plan.cu:
+ * the rule and its measurements). Contiguous caches and larger pages stay
+ * with the row. Lean and row compute the same tiles in the same order, so a
+ * paged and a contiguous cache of one problem at one forced split count
+ * still agree bit for bit. */
 enum { DEC_SELF, DEC_WIDE_TWIN, DEC_LEAN_TWIN };
-static int SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(const sdpa_problem *p, const sdpa_decode_shape *sh) {
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(const sdpa_problem *p, const sdpa_decode_shape *sh,
+                                               sdpa_problem *lean) {
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)() && sdpa_decode_wants_wide(p, sh)) return DEC_WIDE_TWIN;
-  if (p->page_size > 0 && SDPA_PASTE(SDPA_KERNEL_NAME, _lean_fits)()) return DEC_LEAN_TWIN;
-  return DEC_SELF;
+  const int lean_bps = p->page_size == SDPA_DECODE_TILE ? SDPA_PASTE(SDPA_KERNEL_NAME, _lean_fits)() : 0;
+  if (lean_bps == 0) return DEC_SELF;
+  *lean = *p;
+  const int splits = sdpa_decode_lean_splits(p, sh, lean_bps);
+  if (splits > 0) lean->num_splits = splits;
+  return DEC_LEAN_TWIN;
 }
 #endif
 
@@ -656,9 +657,10 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
 #if DEC_HAS_TWINS
-  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh)) {
+  sdpa_problem lean;
+  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
   case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
-  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_workspace)(p, row);
+  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_workspace)(&lean, row);
   }
 #endif
   return sdpa_decode_workspace(p, &sh);
@@ -673,9 +675,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
 #if DEC_HAS_TWINS
-  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh)) {
+  sdpa_problem lean;
+  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
   case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
-  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_run)(p, row);
+  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_run)(&lean, row);
   }
 #endif
   return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),

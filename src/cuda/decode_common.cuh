@@ -207,6 +207,9 @@ sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
 /* whether a d 128 row (sh: its shape) hands the problem to its wide twin */
 int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh);
+/* the split count a d 128 row (sh) passes its lean twin (lean_bps blocks an
+ * SM), or 0: the twin plans its own */
+int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
 /* launch: the attention kernel (grid = its blocks); combine: with more than
  * one split, the combine (grid = b * s_q * h rows) after it */

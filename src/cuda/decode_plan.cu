@@ -107,6 +107,33 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   return cap > 1 && sdpa_decode_num_splits(p, sh) >= cap;
 }
 
+/*
+ * The lean twin (a d 128 row with a two-stage ring: three blocks an SM on
+ * sm_90, where the row fits two; decode_body.cuh) runs the row's calls on
+ * caches paged in pages of one tile. Its split count: the row's where the
+ * row's grid fits in one round of lean blocks (the third block an SM is then
+ * spare occupancy, the partition the same); past that 0, the lean planner's
+ * own (sdpa_decode_num_splits at three blocks an SM).
+ * Measured on the H200 (graph GB/s, decode_probe.py --libs --pages
+ * 16,32,64,256, row twice / lean twice, 2026-11-21), first with the lean
+ * planner's count everywhere. Pages of 16:
+ *   b 1 s_k 16k 2671 / 2669 -> 2710 / 2711, b 8 16k 4128 / 4128 -> 4227 / 4236,
+ *   b 8 128k 4423 / 4420 -> 4500 / 4501, b 32 16k 4340 / 4315 -> 4453 / 4459,
+ *   b 64 4k 4304 / 4319 -> 4359 / 4360;
+ *   but b 32 4k 4195 / 4195 -> 4146 / 4149 (3 splits for the row's 1).
+ * Pages of 32 .. 256: 1 .. 3% slower at s_k 4k, level to +1.6% at 16k and
+ * 128k (a lookup every 2 .. 16 tiles: little to hide). With the row's count
+ * (a measurement build, pages of 16): b 32 s_k 4k 4166 / 4179 -> 4295 / 4298,
+ * but b 64 4k (512 blocks: 1.3 rounds of lean blocks) 4347 / 4364 -> 3911 /
+ * 3933; hence the one-round rule. Contiguous caches stay with the row: lean
+ * there was 0.8 .. 3.7% slower at b 1 s_k 16k and b 8 .. 64 s_k 4k.
+ */
+int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps) {
+  const int splits = sdpa_decode_num_splits(p, sh);
+  const int64_t grid = (int64_t)splits * p->b * p->h_k * decode_m_blocks(p, sh);
+  return grid <= (int64_t)lean_bps * sdpa_cuda_sm_count() ? splits : 0;
+}
+
 /* Partials: out [splits, b, s_q, h, hd] fp32, then lse [splits, b, s_q, h],
  * each 256-byte aligned. None when unsplit. */
 static size_t part_out_bytes(const sdpa_problem *p, const sdpa_decode_shape *sh, int splits) {

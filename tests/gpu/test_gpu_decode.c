@@ -758,9 +758,11 @@ int main(int argc, char **argv) {
     c.causal = k;
     run_case(&c);
   }
-  /* the d 128 rows' lean twin (decode_body.cuh: every paged call where three
-   * of its blocks fit an SM) at the planner's split count for three blocks an
-   * SM (b 8 s_k 4k on 132 SMs: 6, the row's 4), with append and rotary */
+  /* the d 128 rows' lean twin (decode_body.cuh: calls on pages of 16 where
+   * three of its blocks fit an SM) at the row's split count (the row's grid
+   * in one round of lean blocks: b 8 s_k 4k, 4 splits on 132 SMs), with
+   * append and rotary; then past one round, at its own planner's count (b 50,
+   * 8/8 heads, s_k 2048: the row's 3, lean 4 on 132 SMs) */
   for (int k = 0; k < 2; ++k) {
     c = dbase("lean twin", dts[k], 8, 32, 8, 1 + k, 1, 128, 4096);
     c.page = 16;
@@ -769,6 +771,9 @@ int main(int argc, char **argv) {
     c.causal = k;
     run_case(&c);
   }
+  c = dbase("lean twin own splits", SDPA_DTYPE_BF16, 50, 8, 8, 1, 1, 128, 2048);
+  c.page = 16;
+  run_case(&c);
   /* dense problems with forced splits */
   c = dbase("dense split-KV", SDPA_DTYPE_BF16, 2, 8, 2, 33, 0, 128, 500);
   c.dense = 1;
@@ -799,6 +804,9 @@ int main(int argc, char **argv) {
   c = dbase("graph wide twin", SDPA_DTYPE_BF16, 1, 32, 8, 1, 0, 128, 4096);
   run_case_mode(&c, 2);
   c = dbase("graph lean twin", SDPA_DTYPE_F16, 8, 32, 8, 1, 1, 128, 4096);
+  c.page = 16;
+  run_case_mode(&c, 2);
+  c = dbase("graph lean twin own splits", SDPA_DTYPE_F16, 50, 8, 8, 1, 0, 128, 2048);
   c.page = 16;
   run_case_mode(&c, 2);
   /* merge_states */
