@@ -14,10 +14,11 @@ CUDNN's) and exits (for ncu: `ncu --csv ... python3 bench/decode_probe.py
 --once --torch | python3 bench/ncu_table.py`).
 --libs name=path,name=path,... compares builds of the library in one
 process, cell by cell on the same tensors (before / after a kernel change):
-each build's split count, eager and graph GB/s of the contiguous and paged
-caches (--pages: the page sizes, 16 unless given), of a head-major cache
-(k / v [b, 8, L, 128] storage seen as [b, L, 8, 128]: each kv head's rows
-contiguous) and, where the split count
+each build's split count (the contiguous call's: a call on pages of 16 may
+run another, see sdpa_decode_lean_splits), eager and graph GB/s of the
+contiguous and paged caches (--pages: the page sizes, 16 unless given), of a
+head-major cache (k / v [b, 8, L, 128] storage seen as [b, L, 8, 128]: each
+kv head's rows contiguous) and, where the split count
 is > 1, of the contiguous cache called as a dense problem with that count
 forced (no cache_seqlens: what a length load costs), the largest output
 difference from the first build's on the same layout where not 0, and torch

@@ -13,7 +13,7 @@
  *                     problems sdpa_decode_wants_wide picks)
  * and, for a d 128 row's twins (CMakeLists.txt), SDPA_DECODE_HAS_TWINS 1 in the
  * row, SDPA_DECODE_WIDE 1 or SDPA_DECODE_LEAN 1 (a two-stage ring, three
- * blocks an SM: the row's paged calls) in the twin,
+ * blocks an SM: the row's calls on pages of 16) in the twin,
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
@@ -66,7 +66,7 @@
 /* CMakeLists.txt gives a d 128 row two twins: SDPA_DECODE_WIDE 1 (twice the
  * row's warps a block: the problems sdpa_decode_wants_wide picks) and
  * SDPA_DECODE_LEAN 1 (two ring stages instead of three, so three blocks an
- * SM instead of two: the row's paged calls), and SDPA_DECODE_HAS_TWINS 1 in
+ * SM instead of two: the row's calls on pages of 16), and SDPA_DECODE_HAS_TWINS 1 in
  * the row, whose entry points hand them those problems */
 #ifndef SDPA_DECODE_WIDE
 #define SDPA_DECODE_WIDE 0
@@ -549,6 +549,7 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(int *bps) {
                                   SDPA_STR(SDPA_KERNEL_NAME)));
   int n = 0;
   e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, SDPA_KERNEL, NTHREADS, SMEM_BYTES);
+  if (e != cudaSuccess) (void)cudaGetLastError(); /* a later launch must not report it */
   if (e != cudaSuccess || n < 1)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: no block of %d threads and %d bytes of shared memory fits "
                      "an SM (%s)", SDPA_STR(SDPA_KERNEL_NAME), (int)NTHREADS, (int)SMEM_BYTES,
@@ -605,18 +606,28 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
 
 #if SDPA_DECODE_WIDE
 /* Whether this wide block fits the current device's shared memory (its
- * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not); the
- * row runs its own kernel where it does not. */
+ * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not); where
+ * it does not, the row keeps the call (or hands it to its lean twin). */
 extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   return sdpa_cuda_smem_optin() >= (int)SMEM_BYTES;
 }
 #elif SDPA_DECODE_LEAN
 /* Lean blocks an SM of the current device where three or more fit, else 0
  * (on sm_80 two do, as two of the row's: there the row's deeper ring is the
- * better one) */
+ * better one). Answered once a device, a failed query as "does not fit",
+ * so a workspace query and the run it sizes cannot disagree. */
 extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
-  int bps = 0;
-  return SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) == SDPA_OK && bps >= 3 ? bps : 0;
+  static signed char fits[SDPA_MAX_DEVICES]; /* per device: 0 not asked, -1 no, else blocks an SM */
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= SDPA_MAX_DEVICES) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (fits[dev] == 0) {
+    int bps = 0;
+    fits[dev] = SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) == SDPA_OK && bps >= 3 ? (signed char)bps : -1;
+  }
+  return fits[dev] > 0 ? fits[dev] : 0;
 }
 #endif
 

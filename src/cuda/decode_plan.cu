@@ -15,8 +15,9 @@
 #include "decode_common.cuh"
 
 /* A split gives each warp at least this many key tiles of 16: the tiles its
- * cp.async ring has in flight at once (STAGES - 1 = 2 at d <= 128), so a
- * short split still issues all of its loads together. */
+ * cp.async ring has in flight at once in the prologue (STAGES - 1 = 2 in the
+ * d <= 128 rows; 1 in the lean twin and at d 256), so a short split still
+ * issues all of its loads together. */
 #define SDPA_DECODE_MIN_TILES_PER_WARP 2
 /* A block's fixed cost in tile-times: its first load's latency (Q and the
  * first tiles, in flight together) and the final merge of its warps. */
@@ -88,8 +89,10 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * by them, each warp left with SDPA_DECODE_MIN_TILES_PER_WARP tiles. There
  * the same warps an SM come in half the splits, half the partials and half
  * the combine's parts. (Calls that must agree bitwise, as a paged and a
- * contiguous cache of one problem, force one split count: the row's
- * kernel for both; their capacities s_k, which the planner reads, differ.)
+ * contiguous cache of one problem, force one split count: never the wide
+ * twin, whose warps split the keys differently; their capacities s_k, which
+ * the planner reads, differ. On pages of 16 the row hands the call to its
+ * lean twin, which computes what the row does.)
  * Measured on the H200 (graph GB/s, decode_probe.py --libs, two rounds
  * each, 2026-11-21), b 1 s_k 4k: contiguous 1549 / 1604 -> 1685 / 1718
  * (cuDNN 1618), pages of 16 1579 / 1562 -> 1580 / 1616. Where the keys are

@@ -461,9 +461,9 @@ static void run_case_mode(const dcase *c, int graph) {
 static void run_case(const dcase *c) { run_case_mode(c, 0); }
 
 /* The same logical cache, contiguous and paged (shuffled blocks): the same
- * tiles in the same order and splits (on sm_90 the paged call runs the row's
- * lean twin, the contiguous one the row: the same arithmetic), so the outputs
- * are equal bit for bit. */
+ * tiles in the same order and splits (on sm_90 a call on pages of 16 runs
+ * the row's lean twin, the contiguous one the row: the same arithmetic), so
+ * the outputs are equal bit for bit. */
 static void run_paged_vs_contiguous(sdpa_dtype dt, int64_t page, int64_t s_q, int splits) {
   dcase c = dbase("paged == contiguous", dt, 3, 8, 2, s_q, 0, 128, 1000);
   c.page = 0;
@@ -773,6 +773,10 @@ int main(int argc, char **argv) {
   }
   c = dbase("lean twin own splits", SDPA_DTYPE_BF16, 50, 8, 8, 1, 1, 128, 2048);
   c.page = 16;
+  run_case(&c);
+  /* a forced count past one round (the caller's count, not the row's plan),
+   * above SDPA_DECODE_MAX_FORCED (clamped to 256: most splits empty) */
+  c.splits = 300;
   run_case(&c);
   /* dense problems with forced splits */
   c = dbase("dense split-KV", SDPA_DTYPE_BF16, 2, 8, 2, 33, 0, 128, 500);
