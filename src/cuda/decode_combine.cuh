@@ -64,18 +64,12 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
     const float mu = mx == -INFINITY ? 0.f : mx; /* nothing seen yet: every weight 0 */
     const float corr = fast_exp2(m - mu);
     s *= corr;
-    acc.x *= corr;
-    acc.y *= corr;
-    acc.z *= corr;
-    acc.w *= corr;
+    f4_scale(&acc, corr);
 #pragma unroll
     for (int q = 0; q < CB_ROUND; ++q) {
       const float w = fast_exp2(l[q] - mu);
       s += w;
-      acc.x += w * x[q].x;
-      acc.y += w * x[q].y;
-      acc.z += w * x[q].z;
-      acc.w += w * x[q].w;
+      f4_fma(&acc, w, x[q]);
     }
     m = mx;
   }

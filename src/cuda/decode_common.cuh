@@ -159,6 +159,21 @@ __device__ __forceinline__ float sdpa_merge_weights2(const float *lse2, int n, i
   return mx + log2f(sum);
 }
 
+/* acc += w * x and acc *= c, a float4 of four output columns */
+__device__ __forceinline__ void f4_fma(float4 *acc, float w, float4 x) {
+  acc->x += w * x.x;
+  acc->y += w * x.y;
+  acc->z += w * x.z;
+  acc->w += w * x.w;
+}
+
+__device__ __forceinline__ void f4_scale(float4 *acc, float c) {
+  acc->x *= c;
+  acc->y *= c;
+  acc->z *= c;
+  acc->w *= c;
+}
+
 /* Where the slices of a row meet (merge.cu; decode_combine.cuh): slice t's
  * running max, sum and weighted columns at sm[t], ss[t] and
  * sacc[t * acc_stride], in base 2 (exp2) or natural-log (exp) units; *m, *s,
@@ -174,12 +189,8 @@ __device__ __forceinline__ void sdpa_merge_slices(int nslices, const float *sm, 
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int t = 0; t < nslices; ++t) {
     const float c = base2 ? exp2f(sm[t] - mu) : expf(sm[t] - mu);
-    const float4 x = sacc[t * acc_stride];
     sum += c * ss[t];
-    a.x += c * x.x;
-    a.y += c * x.y;
-    a.z += c * x.z;
-    a.w += c * x.w;
+    f4_fma(&a, c, sacc[t * acc_stride]);
   }
   *m = mx;
   *s = sum;

@@ -32,6 +32,11 @@ static int64_t decode_m_blocks(const sdpa_problem *p, const sdpa_decode_shape *s
   return ceil_div((p->h / p->h_k) * p->s_q, sh->block_m);
 }
 
+/* (batch, kv head, query block) groups: the grid's blocks before splitting */
+static int64_t decode_groups(const sdpa_problem *p, const sdpa_decode_shape *sh) {
+  return p->b * p->h_k * decode_m_blocks(p, sh);
+}
+
 /*
  * Split count: a pure function of the problem's shape, the instance and the
  * device's SM count. The grid has base = b * h_k * m_blocks blocks before
@@ -61,7 +66,7 @@ static int64_t decode_m_blocks(const sdpa_problem *p, const sdpa_decode_shape *s
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   if (p->num_splits > 0)
     return p->num_splits < SDPA_DECODE_MAX_FORCED ? p->num_splits : SDPA_DECODE_MAX_FORCED;
-  const int64_t base = p->b * p->h_k * decode_m_blocks(p, sh);
+  const int64_t base = decode_groups(p, sh);
   const int64_t slots = (int64_t)sdpa_cuda_sm_count() * (sh->blocks_per_sm > 0 ? sh->blocks_per_sm : 1);
   if (base <= 0 || slots <= 0 || sh->warps <= 0) return 1;
   const int64_t tiles = ceil_div(p->s_k, SDPA_DECODE_TILE);
@@ -103,7 +108,7 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 
 int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   if (p->num_splits > 0) return 0;
-  const int64_t groups = p->b * p->h_k * decode_m_blocks(p, sh);
+  const int64_t groups = decode_groups(p, sh);
   if (groups <= 0 || groups * SDPA_DECODE_WIDE_SMS > (int64_t)sdpa_cuda_sm_count()) return 0;
   const int64_t cap = ceil_div(p->s_k, SDPA_DECODE_TILE) /
                       ((int64_t)SDPA_DECODE_MIN_TILES_PER_WARP * sh->warps);
@@ -133,7 +138,7 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  */
 int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps) {
   const int splits = sdpa_decode_num_splits(p, sh);
-  const int64_t grid = (int64_t)splits * p->b * p->h_k * decode_m_blocks(p, sh);
+  const int64_t grid = splits * decode_groups(p, sh);
   return grid <= (int64_t)lean_bps * sdpa_cuda_sm_count() ? splits : 0;
 }
 
@@ -166,7 +171,7 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
   const int64_t group = p->h / p->h_k, rows = group * p->s_q;
   const int64_t m_blocks = decode_m_blocks(p, sh);
   const int splits = sdpa_decode_num_splits(p, sh);
-  const int64_t grid = (int64_t)splits * m_blocks * p->b * p->h_k;
+  const int64_t grid = splits * decode_groups(p, sh);
   /* the combine's grid: one block a query row (b * s_q * h) */
   const int64_t out_rows = splits > 1 ? p->b * p->s_q * p->h : 0;
   if (rows > 0x7fffffff || grid > 0x7fffffff || out_rows > 0x7fffffff)

@@ -65,20 +65,6 @@ __device__ __forceinline__ void merge_store4(const sdpa_merge_args *a, int64_t i
   }
 }
 
-__device__ __forceinline__ void f4_fma(float4 *acc, float w, float4 x) {
-  acc->x += w * x.x;
-  acc->y += w * x.y;
-  acc->z += w * x.z;
-  acc->w += w * x.w;
-}
-
-__device__ __forceinline__ void f4_scale(float4 *acc, float c) {
-  acc->x *= c;
-  acc->y *= c;
-  acc->z *= c;
-  acc->w *= c;
-}
-
 extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
     sdpa_merge_kernel(const __grid_constant__ sdpa_merge_args a) {
   __shared__ float4 s_acc[MERGE_WARPS][32];
