@@ -335,7 +335,6 @@ def run_checked(gpu, ops, bias):
                     # rewritten after every cell: a run cut short keeps what it measured
                     path = write_results(gpu, records, suffix=suffix, extra=extra)
                     table = render_markdown(path)
-                    torch.cuda.empty_cache()
                     cell = f"{rec['op']} d={d} causal={int(causal)} s={s}"
                     if rec["check"].startswith("FAIL"):
                         failed.append(f"{cell}: {rec['check']}")

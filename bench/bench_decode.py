@@ -19,7 +19,7 @@ the paged rows) and a markdown table beside it.
 import argparse
 import sys
 
-from common import cuda_time_ms, markdown_table, write_results
+from common import capture_graph, cuda_time_ms, markdown_table, write_results
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +43,7 @@ def timed_gbps(fn, nbytes, label, graph=False):
         if graph:
             fn()
             torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
+            g = capture_graph(fn)
             ms = cuda_time_ms(g.replay, warmup=2, reps=reps, trials=5)
         else:
             ms = cuda_time_ms(fn, warmup=2, reps=reps, trials=5)
@@ -105,7 +103,8 @@ def bench_one(b, L):
                                        graph=True)
         recs.append(rec)
         del kp, vp, bt
-    torch.cuda.empty_cache()
+    # no torch.cuda.empty_cache(): the driver's work on memory handed back
+    # slows the next cell's first timings (common.py, the memory rule)
     return recs
 
 

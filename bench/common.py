@@ -5,6 +5,18 @@ swap of one libsdpa build for another in the same process (--libs).
 Timing rule (METHOD.md): warm up, then time `reps` back-to-back calls between
 two events (so host-side call overhead overlaps device work, as in a real
 model loop), repeat `trials` times and take the median.
+
+Memory rule: never hand memory back to the driver between timings
+(torch.cuda.empty_cache(), or freeing outside torch's cache). On the H200 the
+driver then works on the freed memory in the background, and every kernel for
+a while after runs slower: with 34 GB freed, a decoding call (b 64, s_k 4k)
+took 275 us instead of 242 for at least 67 ms, and was back to 240 after a
+1 s pause (the graph replay of the same call slowed alike; freeing into
+torch's cache alone did not slow it). bench_decode.py emptied the cache after
+every cell until 2026-11-21, so the next cell's first timing (sdpa's eager
+call) ran in that window. Torch's cache reuses what a cell frees; graphs are
+captured with capture_graph below, since torch.cuda.graph() empties the cache
+on entry.
 """
 import datetime
 import json
@@ -64,6 +76,24 @@ def cuda_time_ms(fn, warmup=3, reps=10, trials=7):
         end.synchronize()
         times.append(start.elapsed_time(end) / reps)
     return statistics.median(times)
+
+
+def capture_graph(fn):
+    """A CUDA graph of one call of fn, captured on a side stream as
+    torch.cuda.graph() does, but without its torch.cuda.empty_cache() on entry
+    (the memory rule above)."""
+    import torch
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        g.capture_begin()
+        try:
+            fn()
+        finally:
+            g.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    return g
 
 
 def parse_libs(s):
