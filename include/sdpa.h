@@ -211,8 +211,10 @@ typedef struct sdpa_fwd_desc {
   int num_splits;           /* split-KV: 0 = automatic, 1 = no split, n = force n */
 
   void *workspace;          /* optional; see sdpa_fwd_workspace_size. NULL: the
-                               library allocates stream-ordered on attn.stream;
-                               given, workspace_size (0 allowed) must cover the
+                               library allocates stream-ordered on attn.stream,
+                               from its own pool of the device, which keeps up
+                               to 64 MB reserved between calls (inside a graph
+                               capture: the graph's memory nodes); given, workspace_size (0 allowed) must cover the
                                query's answer. A call refused for its arguments
                                writes nothing, the KV cache append included. */
   size_t workspace_size;

@@ -106,7 +106,8 @@ sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsigned char *
 int sdpa_cuda_waits_for_grid(const void *kernel, unsigned char *cache);
 /* The workspace of one call: the caller's (p->workspace: at least `need`
  * bytes, `align`-byte aligned, else INVALID_ARGUMENT naming `query`, the size
- * function to ask) or a stream-ordered allocation on p->stream (*owned = 1;
+ * function to ask) or a stream-ordered allocation on p->stream from the
+ * library's pool of the device (runtime.cu says why its own) (*owned = 1;
  * a failure is cleared from CUDA's error state and reported as
  * OUT_OF_MEMORY). sdpa_cuda_ws_release frees an owned one and returns st, or
  * the free's failure when st was SDPA_OK. */

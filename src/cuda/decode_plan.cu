@@ -7,7 +7,7 @@
  * (decode_combine.cuh).
  * Nothing here synchronizes with the device, so the sequence can be captured
  * in a CUDA graph; without a caller workspace the partials live in a
- * stream-ordered allocation (cudaMallocAsync / cudaFreeAsync).
+ * stream-ordered allocation (sdpa_cuda_ws_acquire / sdpa_cuda_ws_release).
  */
 #include <cuda_runtime.h>
 
