@@ -214,7 +214,8 @@ typedef struct sdpa_fwd_desc {
                                library allocates stream-ordered on attn.stream,
                                from its own pool of the device, which keeps up
                                to 64 MB reserved between calls (inside a graph
-                               capture: the graph's memory nodes); given, workspace_size (0 allowed) must cover the
+                               capture: the graph's memory nodes); given,
+                               workspace_size (0 allowed) must cover the
                                query's answer. A call refused for its arguments
                                writes nothing, the KV cache append included. */
   size_t workspace_size;

@@ -129,23 +129,38 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
  * it). 64 MB covers every decoding workspace many times (b 8, s_k 16k: 0.5
  * MB); a larger one (a long backward's) is handed back down to it at a
  * synchronization, a cost small next to such a call. Inside a stream
- * capture the default pool's allocation stays (the graph's memory nodes). A
- * device that refuses a pool (no memory pool support) falls back to it too.
+ * capture the default pool's allocation stays (the graph's memory nodes); a
+ * device without memory pools, or a pool refused this once, falls back to it
+ * too. The pool lives as long as the process; torch.cuda.empty_cache does not
+ * reach it.
  */
 #define SDPA_WS_POOL_KEEP ((uint64_t)64 << 20)
 static cudaMemPool_t ws_pool[SDPA_MAX_DEVICES];
-static unsigned char ws_pool_refused[SDPA_MAX_DEVICES]; /* a race only retries the creation */
+/* 1: the device has no memory pools (cudaDevAttrMemoryPoolsSupported 0).
+ * Only that is remembered: a creation that fails for another reason (it is
+ * refused while a stream of the process captures in the global mode) falls
+ * back for that call and is tried again by the next. */
+static unsigned char ws_pool_unsupported[SDPA_MAX_DEVICES];
 
 static cudaMemPool_t workspace_pool(cudaStream_t stream) {
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   int dev = 0;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone ||
-      cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= SDPA_MAX_DEVICES) {
-    cudaGetLastError(); /* a refused query means a capture elsewhere: the default pool */
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError(); /* not the caller's: cleared (the default pool then reports) */
     return NULL;
   }
+  if (cap != cudaStreamCaptureStatusNone || dev < 0 || dev >= SDPA_MAX_DEVICES) return NULL;
   cudaMemPool_t pool = __atomic_load_n(&ws_pool[dev], __ATOMIC_ACQUIRE);
-  if (pool || ws_pool_refused[dev]) return pool;
+  if (pool || __atomic_load_n(&ws_pool_unsupported[dev], __ATOMIC_RELAXED)) return pool;
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return NULL;
+  }
+  if (!supported) {
+    __atomic_store_n(&ws_pool_unsupported[dev], (unsigned char)1, __ATOMIC_RELAXED);
+    return NULL;
+  }
   cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
@@ -156,13 +171,11 @@ static cudaMemPool_t workspace_pool(cudaStream_t stream) {
   uint64_t keep = SDPA_WS_POOL_KEEP;
   if (cudaMemPoolCreate(&made, &props) != cudaSuccess) {
     cudaGetLastError();
-    ws_pool_refused[dev] = 1;
     return NULL;
   }
   if (cudaMemPoolSetAttribute(made, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
     cudaGetLastError();
     cudaMemPoolDestroy(made);
-    ws_pool_refused[dev] = 1;
     return NULL;
   }
   /* two threads may both have made one: the first stored is everyone's */
