@@ -293,10 +293,10 @@ def _capture_workspace(size_fn, desc, dev, torch):
     replay on the H200, 2026-11-21). Eager calls keep the library's own
     allocation (no size query a call: a query and torch.empty cost ~10 us of
     host time a call), from its pool, which keeps the memory between calls.
-    The capture must be torch's (torch.cuda.graph, make_graphed_callables, torch.compile's CUDA graphs),
-    as for any torch op that allocates: torch gives a capture it did not
-    begin no private pool, so a block freed after the call would be reused
-    while the graph still holds its address. None when not capturing or
+    The capture must be torch's (torch.cuda.graph, make_graphed_callables,
+    torch.compile's CUDA graphs), as for any torch op that allocates: torch
+    gives a capture it did not begin no private pool, so a block freed after
+    the call would be reused while the graph still holds its address. None when not capturing or
     nothing is needed."""
     if not torch.cuda.is_current_stream_capturing():
         return None

@@ -1,7 +1,8 @@
 /*
  * runtime.cu - what the host side of the CUDA backend asks of the device: the
- * current device's compute capability (x10), SM count and opt-in shared
- * memory a block, read once per device and cached (registry.h). 0 when no device is usable, so
+ * current device's compute capability (x10), SM count, opt-in shared
+ * memory a block and memory-pool support, read once per device and cached
+ * (registry.h). 0 when no device is usable, so
  * sdpa_cuda_available() is `sdpa_cuda_arch() > 0`; the once-per-device
  * shared-memory opt-in; whether a kernel may be launched as a programmatic
  * dependent; and every call's workspace (the caller's, or a stream-ordered
@@ -20,6 +21,7 @@
 static int arch_cache[SDPA_MAX_DEVICES];
 static int sm_cache[SDPA_MAX_DEVICES];
 static int smem_cache[SDPA_MAX_DEVICES]; /* opt-in shared memory a block, bytes */
+static int pools_cache[SDPA_MAX_DEVICES]; /* 1: stream-ordered memory pools supported */
 
 static int read_device(int *dev_out) {
   int dev = 0;
@@ -29,19 +31,22 @@ static int read_device(int *dev_out) {
   }
   if (dev < 0 || dev >= SDPA_MAX_DEVICES) return 0;
   if (arch_cache[dev] == 0) {
-    int major = 0, minor = 0, sms = 0, smem = 0;
+    int major = 0, minor = 0, sms = 0, smem = 0, pools = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess) {
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
       cudaGetLastError();
       arch_cache[dev] = -1;
       sm_cache[dev] = -1;
       smem_cache[dev] = -1;
+      pools_cache[dev] = -1;
     } else {
       sm_cache[dev] = sms;
       smem_cache[dev] = smem;
+      pools_cache[dev] = pools ? 1 : -1;
       arch_cache[dev] = major * 10 + minor; /* last: it marks the entry read */
     }
   }
@@ -130,37 +135,25 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
  * MB); a larger one (a long backward's) is handed back down to it at a
  * synchronization, a cost small next to such a call. Inside a stream
  * capture the default pool's allocation stays (the graph's memory nodes); a
- * device without memory pools, or a pool refused this once, falls back to it
- * too. The pool lives as long as the process; torch.cuda.empty_cache does not
- * reach it.
+ * device without memory pools (read_device's cache), or a pool refused this
+ * once (while a stream of the process captures in the global mode; the next
+ * call tries again), falls back to it too. The pool lives as long as the
+ * process; torch.cuda.empty_cache does not reach it.
  */
 #define SDPA_WS_POOL_KEEP ((uint64_t)64 << 20)
 static cudaMemPool_t ws_pool[SDPA_MAX_DEVICES];
-/* 1: the device has no memory pools (cudaDevAttrMemoryPoolsSupported 0).
- * Only that is remembered: a creation that fails for another reason (it is
- * refused while a stream of the process captures in the global mode) falls
- * back for that call and is tried again by the next. */
-static unsigned char ws_pool_unsupported[SDPA_MAX_DEVICES];
 
 static cudaMemPool_t workspace_pool(cudaStream_t stream) {
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   int dev = 0;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess) {
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
     cudaGetLastError(); /* not the caller's: cleared (the default pool then reports) */
     return NULL;
   }
-  if (cap != cudaStreamCaptureStatusNone || dev < 0 || dev >= SDPA_MAX_DEVICES) return NULL;
+  if (cap != cudaStreamCaptureStatusNone || !read_device(&dev) || pools_cache[dev] != 1)
+    return NULL;
   cudaMemPool_t pool = __atomic_load_n(&ws_pool[dev], __ATOMIC_ACQUIRE);
-  if (pool || __atomic_load_n(&ws_pool_unsupported[dev], __ATOMIC_RELAXED)) return pool;
-  int supported = 0;
-  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return NULL;
-  }
-  if (!supported) {
-    __atomic_store_n(&ws_pool_unsupported[dev], (unsigned char)1, __ATOMIC_RELAXED);
-    return NULL;
-  }
+  if (pool) return pool;
   cudaMemPoolProps props;
   memset(&props, 0, sizeof props);
   props.allocType = cudaMemAllocationTypePinned;
