@@ -3,7 +3,8 @@
  * merge_states on CUDA, through the public API, against the fp64 oracle and
  * the CPU backend on the same inputs: contiguous caches (with
  * cache_batch_idx) and paged ones (page 16 and 256, shuffled block tables,
- * lengths off the page grid, cache_seqlens = 0), in-call append of k_new /
+ * lengths off the page grid, cache_seqlens = 0, the rows past each
+ * sequence's end NaN), in-call append of k_new /
  * v_new with rotary (interleaved and half-split) in both layouts, the cache
  * contents afterwards bit for bit equal to the CPU backend's, s_q in
  * {1, 2, 7, 64} (causal chunked prefill), windows, alibi, softcap, GQA / MQA,
@@ -159,6 +160,29 @@ static int32_t *perm_of(int64_t n) {
   return p;
 }
 
+/* Every cache row at or past its sequence's length (before the append,
+ * which writes over the first s_new of them) NaN in K and V, so a kernel
+ * that reads one and weighs it by a zero probability returns NaN instead of
+ * passing: 0 * NaN is NaN. */
+static void poison_past_ends(const dcase *c, dbufs *f) {
+  const int32_t *sl32 = (const int32_t *)f->h[T_SL].data;
+  const int32_t *bt = c->page > 0 ? (const int32_t *)f->h[T_BT].data : NULL;
+  const int32_t *bidx = c->batch_idx ? (const int32_t *)f->h[T_BIDX].data : NULL;
+  const int64_t maxb = c->page > 0 ? (c->s_cache + c->page - 1) / c->page : 0;
+  const int64_t rows = c->page > 0 ? maxb * c->page : c->s_cache;
+  const int64_t rows_per = c->page > 0 ? c->page : c->s_cache; /* rows of one outer index */
+  for (int64_t b = 0; b < c->b; ++b)
+    for (int64_t j = sl32[b]; j < rows; ++j) {
+      const int64_t outer = bt ? bt[b * maxb + j / c->page] : bidx ? bidx[b] : b;
+      const int64_t row = bt ? j % c->page : j;
+      for (int64_t e = 0; e < c->h_k * c->d; ++e) {
+        const int64_t flat = (outer * rows_per + row) * c->h_k * c->d + e;
+        test_set(&f->h[T_KC], flat, NAN);
+        test_set(&f->h[T_VC], flat, NAN);
+      }
+    }
+}
+
 /* Host descriptor (CPU device) and device descriptor over device copies. */
 static void build(const dcase *c, dbufs *f) {
   memset(f, 0, sizeof *f);
@@ -214,6 +238,7 @@ static void build(const dcase *c, dbufs *f) {
   }
   test_fill_normal(&f->h[T_KC], &rng, 1.0);
   test_fill_normal(&f->h[T_VC], &rng, 1.0);
+  if (!c->dense) poison_past_ends(c, f);
   if (c->s_new > 0) {
     int64_t sk[4] = {c->b, c->s_new, c->h_k, c->d};
     f->h[T_KN] = alloc_rows(c, sk);
@@ -637,6 +662,11 @@ int main(int argc, char **argv) {
     c.rotary = 2;
     c.rotary_dim = 128;
     run_case(&c);
+    /* sequences ending inside a warp's first tiles, a capacity (70) that is
+     * not a whole number of tiles */
+    c = dbase("small short contiguous caches", SDPA_DTYPE_BF16, 5, 8, 2, 1, 1, 128, 70);
+    c.zero_seqlen = 1;
+    run_case(&c);
     return test_summary();
   }
 
@@ -717,6 +747,19 @@ int main(int argc, char **argv) {
   c = dbase("empty caches, no append", SDPA_DTYPE_F16, 1, 4, 1, 3, 0, 64, 64);
   c.zero_seqlen = 1;
   run_case(&c);
+  /* short contiguous caches: sequences that end inside a warp's first tiles
+   * or before them, a capacity (70) that is not a whole number of tiles;
+   * with append, cache_batch_idx, part chunks (d 100) and a forced split */
+  for (int k = 0; k < 4; ++k) {
+    const int64_t hd[4] = {128, 64, 256, 100};
+    c = dbase("short contiguous caches", dts[k % 2], 9, 8, 2, 1 + k % 2, k % 3, hd[k], k < 2 ? 70 : 150);
+    c.padded = hd[k] == 100;
+    c.batch_idx = k % 2;
+    c.zero_seqlen = 1;
+    c.causal = k >= 2;
+    c.splits = k == 3 ? 2 : 0;
+    run_case(&c);
+  }
   /* groups and kv heads that are not powers of two: the kernel divides its
    * block index and query rows by host-computed multipliers (sdpa_divmod),
    * which are plain shifts for powers of two */
