@@ -77,7 +77,6 @@
 #ifndef SDPA_DECODE_HAS_TWINS
 #define SDPA_DECODE_HAS_TWINS 0
 #endif
-#define DEC_HAS_TWINS SDPA_DECODE_HAS_TWINS
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
 #if SDPA_FWD_IS_BF16
@@ -631,7 +630,7 @@ extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
 }
 #endif
 
-#if DEC_HAS_TWINS
+#if SDPA_DECODE_HAS_TWINS
 #define DEC_TWIN_DECL(twin)                                                                       \
   extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, twin##_fits)(void);                                 \
   extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, twin##_workspace)(const sdpa_problem *p,         \
@@ -667,7 +666,7 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if DEC_HAS_TWINS
+#if SDPA_DECODE_HAS_TWINS
   sdpa_problem lean;
   switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
   case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
@@ -685,7 +684,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if DEC_HAS_TWINS
+#if SDPA_DECODE_HAS_TWINS
   sdpa_problem lean;
   switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
   case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
@@ -696,7 +695,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
-#undef DEC_HAS_TWINS
 #undef SDPA_DECODE_WIDE
 #undef SDPA_DECODE_LEAN
 #undef SDPA_DECODE_HAS_TWINS
