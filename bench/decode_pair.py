@@ -21,18 +21,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import common
 import sdpa
+from bench_decode import D, H, H_K, paged_cache
 
-H, H_K, D = 32, 8, 128
 
-
-def replay_us(graph, reps):
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(reps):
-        graph.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) * 1e3 / reps
+def replay_ms(graph, reps):
+    """One trial: reps back-to-back replays, ms each (rounds interleave, so no median here)."""
+    return common.cuda_time_ms(graph.replay, warmup=0, reps=reps, trials=1)
 
 
 def graph_of(fn):
@@ -51,10 +45,8 @@ def cell(libs, b, L, rounds, page):
     k = torch.randn(b, L, H_K, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     kc, vc, extra = k, v, {}
-    if page:  # the same rows in pages, block table in order
-        n = L // page
-        kc, vc = k.reshape(b * n, page, H_K, D), v.reshape(b * n, page, H_K, D)
-        extra["block_table"] = torch.arange(b * n, device="cuda", dtype=torch.int32).reshape(b, n)
+    if page:  # the benchmark grid's paged cache (shuffled pages)
+        kc, vc, extra["block_table"] = paged_cache(b, L, page)
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def cudnn():
@@ -72,18 +64,18 @@ def cell(libs, b, L, rounds, page):
     same = all(torch.equal(outs[0], o) for o in outs[1:])
     reps = max(5, int(30e-3 / (nbytes / 4.4e12)))  # about 30 ms a timing
     for g in graphs:
-        replay_us(g, reps)
+        replay_ms(g, reps)
     times = [[] for _ in graphs]
     for r in range(rounds):
         for x in range(len(graphs)):
             i = (r + x) % len(graphs)
-            times[i].append(replay_us(graphs[i], reps))
+            times[i].append(replay_ms(graphs[i], reps))
 
     def ratio(i, j):
         rs = [times[j][r] / times[i][r] for r in range(rounds)]
         return f"{statistics.median(rs):.4f} [{min(rs):.4f}, {max(rs):.4f}]"
 
-    line = " ".join(f"{n} {nbytes / statistics.median(t) / 1e3:.0f}" for n, t in zip(names, times))
+    line = " ".join(f"{n} {nbytes / statistics.median(t) / 1e6:.0f}" for n, t in zip(names, times))
     line += f" | bitwise {'same' if same else 'DIFFERENT'}"
     for i in range(1, len(libs)):
         line += f" | {names[i]}/{names[0]} {ratio(i, 0)}"

@@ -22,7 +22,9 @@ kv head's rows contiguous) and, where the split count
 is > 1, of the contiguous cache called as a dense problem with that count
 forced (no cache_seqlens: what a length load costs), the largest output
 difference from the first build's on the same layout where not 0, and torch
-CUDNN on the contiguous and head-major storage.
+CUDNN on the contiguous and head-major storage. Its builds are timed one after
+another, so their ratios move by up to 1% between runs; bench/decode_pair.py
+times them in alternating rounds (about 0.1%).
 
   python3 bench/decode_probe.py [--cells 1x4096,8x16384] [--splits 0,8,16,32]
                                 [--torch] [--host] [--ws] [--profile] [--once]
