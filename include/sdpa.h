@@ -186,14 +186,21 @@ typedef struct sdpa_fwd_desc {
 
   sdpa_tensor out;          /* [b, s_q, h, d_v] (varlen: [total_q, h, d_v]), input dtype */
   sdpa_tensor lse;          /* optional f32 [b, h, s_q] (varlen: [h, total_q]) */
-  sdpa_tensor probs;        /* optional, testing aid (dense only): [b, h, s_q, s_k]
+  sdpa_tensor probs;        /* optional, testing aid: [b, h, s_q, s_k] (varlen: [b, h,
+                               max_seqlen_q, max_seqlen_k], entries past a sequence's
+                               lengths left as they are; not with a KV cache)
                                f32 or input dtype; p_ij post-softmax (before the
                                1/(1-p) scaling), dropped entries negated, masked 0 */
 
   /* KV cache (decoding). Enabled by cache_seqlens. q [b, s_q, h, d] dense;
    * k/v are the cache: [b_cache, s_cache, h_k, d] or, with block_table, paged
    * [num_blocks, page_size, h_k, d] (page_size % 16 == 0). Sequence b attends
-   * to keys 0 .. cache_seqlens[b] + s_new - 1. */
+   * to cache rows cache_leftpad[b] (0 without it) .. cache_seqlens[b] + s_new
+   * - 1; the mask, alibi and dropout index those keys from 0.
+   * block_table also serves the varlen layout (paged varlen, forward only):
+   * with attn.cu_seqlens_q / _k and no cache_seqlens, k / v are paged
+   * [num_blocks, page_size, h_k, d] and sequence b's keys 0 .. cu_seqlens_k[b+1]
+   * - cu_seqlens_k[b] - 1 are read through block_table[b]. */
   sdpa_tensor cache_seqlens;   /* int32 [b]: tokens already in the cache */
   sdpa_tensor block_table;     /* int32 [b, max_blocks], optional */
   sdpa_tensor cache_batch_idx; /* int32 [b], optional (contiguous cache only) */
@@ -202,11 +209,12 @@ typedef struct sdpa_fwd_desc {
   sdpa_tensor rotary_cos;      /* f32 [s_max, rotary_dim/2], optional */
   sdpa_tensor rotary_sin;      /* f32 [s_max, rotary_dim/2] */
   int rotary_interleaved;      /* 1: pairs (2i, 2i+1) (GPT-J); 0: (i, i + rd/2) (NeoX).
-                                  q row i and k_new row i are rotated at position
-                                  cache_seqlens[b] + i, their true position, with or
-                                  without a mask (flash_attn instead rotates every
-                                  query at cache_seqlens[b] when neither causal nor
-                                  local; the flash_attn front end documents this). */
+                                  k_new row i is rotated at cache position
+                                  cache_seqlens[b] + i; q row i at cache_seqlens[b] + i
+                                  when causal or windowed, else every q row at
+                                  cache_seqlens[b] (flash_attn's rule: unmasked
+                                  queries share one position). Positions are cache
+                                  rows: cache_leftpad does not shift them. */
 
   int num_splits;           /* split-KV: 0 = automatic, 1 = no split, n = force n */
 
@@ -219,6 +227,10 @@ typedef struct sdpa_fwd_desc {
                                query's answer. A call refused for its arguments
                                writes nothing, the KV cache append included. */
   size_t workspace_size;
+
+  sdpa_tensor cache_leftpad;   /* int32 [b], optional (contiguous cache only): the
+                                  first cache row of sequence b, <= cache_seqlens[b];
+                                  rows before it are not attended to */
 } sdpa_fwd_desc;
 
 SDPA_API void sdpa_fwd_init(sdpa_fwd_desc *desc);

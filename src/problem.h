@@ -58,9 +58,10 @@ typedef struct sdpa_problem {
 
   /* cache */
   const int32_t *cache_seqlens, *block_table, *cache_batch_idx;
+  const int32_t *cache_leftpad; /* NULL = 0: the first cache row each sequence attends */
   int64_t bt_stride;     /* block_table row stride */
   int64_t max_blocks;    /* block_table columns */
-  int64_t page_size;     /* paged: rows per block; 0 = contiguous cache */
+  int64_t page_size;     /* paged (cache or varlen layout): rows per block; 0 = not paged */
   int64_t num_blocks;    /* paged: k.shape[0]; contiguous: b_cache */
   const void *k_new, *v_new;
   sdpa_bshd kn_st, vn_st;
@@ -147,11 +148,16 @@ SDPA_HD int64_t sdpa_seq_len_q(const sdpa_problem *p, int64_t b) {
   return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_q[b + 1] - p->cu_q[b]) : p->s_q;
 }
 
+/* Cache row of key 0 of sequence b (cache_leftpad; 0 for the other layouts). */
+SDPA_HD int64_t sdpa_cache_start(const sdpa_problem *p, int64_t b) {
+  return p->cache_leftpad ? (int64_t)p->cache_leftpad[b] : 0;
+}
+
 /* Keys that sequence b attends to (after append, capped by seqused_k). */
 SDPA_HD int64_t sdpa_seq_len_k(const sdpa_problem *p, int64_t b) {
   int64_t n;
   if (p->layout == SDPA_LAYOUT_CACHE)
-    n = (int64_t)p->cache_seqlens[b] + p->s_new;
+    n = (int64_t)p->cache_seqlens[b] + p->s_new - sdpa_cache_start(p, b);
   else if (p->layout == SDPA_LAYOUT_VARLEN)
     n = (int64_t)(p->cu_k[b + 1] - p->cu_k[b]);
   else
@@ -160,11 +166,13 @@ SDPA_HD int64_t sdpa_seq_len_k(const sdpa_problem *p, int64_t b) {
   return n;
 }
 
-/* Where key row j of sequence b lives in every k / v-shaped tensor (k, v,
- * dk, dv; cache: after append): the outer index (batch, cache row or page;
- * 0 for varlen, whose rows are global) and the row inside it. One lookup
- * serves all of them through sdpa_kv_at. Page arithmetic in 32 bits:
- * validation caps every length and capacity at 2^31 - 1. */
+/* Where row j of sequence b lives in every k / v-shaped tensor (k, v, dk,
+ * dv): the outer index (batch, cache row or page; 0 for varlen, whose rows
+ * are global) and the row inside it. j is the cache position for the cache
+ * layout (cache_leftpad not added: sdpa_kv_offset adds it for readers), the
+ * key index otherwise. One lookup serves all of them through sdpa_kv_at.
+ * Page arithmetic in 32 bits: validation caps every length and capacity at
+ * 2^31 - 1. */
 typedef struct sdpa_kv_pos {
   int64_t outer, row;
 } sdpa_kv_pos;
@@ -173,13 +181,13 @@ SDPA_HD sdpa_kv_pos sdpa_kv_locate(const sdpa_problem *p, int64_t b, int64_t j) 
   sdpa_kv_pos r;
   r.outer = b;
   r.row = j;
-  if (p->layout == SDPA_LAYOUT_VARLEN) {
-    r.outer = 0;
-    r.row = (int64_t)p->cu_k[b] + j;
-  } else if (p->layout == SDPA_LAYOUT_CACHE && p->page_size > 0) {
+  if (p->page_size > 0) { /* paged cache or paged varlen */
     const int32_t ps = (int32_t)p->page_size, jj = (int32_t)j, pg = jj / ps;
     r.outer = p->block_table[b * p->bt_stride + pg];
     r.row = jj - pg * ps;
+  } else if (p->layout == SDPA_LAYOUT_VARLEN) {
+    r.outer = 0;
+    r.row = (int64_t)p->cu_k[b] + j;
   } else if (p->layout == SDPA_LAYOUT_CACHE && p->cache_batch_idx) {
     r.outer = p->cache_batch_idx[b];
   }
@@ -201,11 +209,20 @@ SDPA_HD int64_t sdpa_kv_offset_seq(const sdpa_problem *p, sdpa_bshd st, int64_t 
   return b * st.sb + j * st.ss + hk * st.sh;
 }
 
-/* Element offset of key row j (head hk, element 0) of sequence b, any layout. */
+/* Element offset of key j (head hk, element 0) of sequence b, any layout. */
 SDPA_HD int64_t sdpa_kv_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int64_t j,
                                int64_t hk) {
-  if (p->layout == SDPA_LAYOUT_CACHE) return sdpa_kv_at(st, sdpa_kv_locate(p, b, j), hk);
+  if (p->layout == SDPA_LAYOUT_CACHE || p->page_size > 0)
+    return sdpa_kv_at(st, sdpa_kv_locate(p, b, j + sdpa_cache_start(p, b)), hk);
   return sdpa_kv_offset_seq(p, st, b, j, hk);
+}
+
+/* The rotary position of query row i of sequence b (cache layout): its cache
+ * position when causal or windowed, else the first new position for every
+ * row (flash_attn's rule, sdpa.h). */
+SDPA_HD int64_t sdpa_rotary_q_pos(const sdpa_problem *p, int64_t b, int64_t i) {
+  const int per_row = p->window_left >= 0 || p->window_right >= 0;
+  return (int64_t)p->cache_seqlens[b] + (per_row ? i : 0);
 }
 
 /* Element offset of query-like row i of sequence b (q, out, dout, dq). */

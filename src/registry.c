@@ -62,10 +62,24 @@ static int misaligned(const void *ptr, sdpa_dtype t, const sdpa_bshd *st) {
   return 0;
 }
 
+/* A problem with no batch, no query rows or no key rows: the tiled kernels
+ * (fixed grids, tensor maps of non-zero extent) leave it to the rows that
+ * write empty rows (out 0, lse +inf) and zero gradients element by element.
+ * An append with no queries is not empty: the cache is still written. */
+static int sdpa_problem_empty(const sdpa_problem *p) {
+  if (p->b == 0) return 1;
+  if (p->layout == SDPA_LAYOUT_VARLEN) return p->total_q == 0 || p->total_k == 0;
+  if (p->s_new > 0) return 0;
+  return p->s_q == 0 || p->s_k == 0;
+}
+
 unsigned sdpa_problem_features(const sdpa_problem *p) {
   unsigned f = 0;
   if (p->layout == SDPA_LAYOUT_VARLEN) f |= SDPA_FEAT_VARLEN;
-  if (p->layout == SDPA_LAYOUT_CACHE) f |= p->page_size > 0 ? SDPA_FEAT_PAGED : SDPA_FEAT_CACHE;
+  if (p->page_size > 0)
+    f |= SDPA_FEAT_PAGED; /* a paged cache, or paged varlen keys */
+  else if (p->layout == SDPA_LAYOUT_CACHE)
+    f |= SDPA_FEAT_CACHE;
   if (p->s_new > 0) f |= SDPA_FEAT_APPEND;
   if (p->rotary_dim > 0) f |= SDPA_FEAT_ROTARY;
   if (p->window_left >= 0 || p->window_right >= 0) f |= SDPA_FEAT_MASK;
@@ -80,6 +94,7 @@ unsigned sdpa_problem_features(const sdpa_problem *p) {
   if (sdpa_dbias_sums(p)) f |= SDPA_FEAT_DBIAS_SUM;
   if (p->num_splits > 1) f |= SDPA_FEAT_SPLITKV;
   if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
+  if (sdpa_problem_empty(p)) f |= SDPA_FEAT_EMPTY;
   if (misaligned(p->q, p->dtype, &p->q_st) || misaligned(p->k, p->dtype, &p->k_st) ||
       misaligned(p->v, p->dtype, &p->v_st) || misaligned(p->out, p->dtype, &p->o_st) ||
       (p->is_bwd && (misaligned(p->dout, p->dtype, &p->do_st) ||
@@ -112,6 +127,7 @@ static const char *feature_name(unsigned bit) {
   case SDPA_FEAT_DBIAS_SUM: return "dbias-broadcast";
   case SDPA_FEAT_SPLITKV: return "split-kv";
   case SDPA_FEAT_SEQUSED: return "seqused_k";
+  case SDPA_FEAT_EMPTY: return "empty";
   }
   return "?";
 }

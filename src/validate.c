@@ -55,24 +55,41 @@ static const char *dtype_name(sdpa_dtype t) {
 /* Present = data given; optional tensors are absent when data is NULL. */
 static int present(const sdpa_tensor *t) { return t->data != NULL; }
 
+/* A tensor with an extent 0: valid without data (see check_tensor). */
+static int empty_shape(const sdpa_tensor *t) {
+  for (int i = 0; i < t->rank && i < SDPA_MAX_RANK; ++i)
+    if (t->shape[i] == 0) return 1;
+  return 0;
+}
+
 /* Structure of one tensor: data, rank, dtype, shape and strides in range, the
  * last dimension contiguous, outputs not broadcast, and every offset, the
  * element count and the byte extent representable (int64, address space). */
 static sdpa_status check_tensor(const sdpa_tensor *t, const char *name, int rank, const char *doc,
                                 int flags) {
-  if (!t->data) return sdpa_fail(INV, "%s.data = NULL: expected a pointer to %s", name, doc);
+  if (!t->data && t->rank != rank) /* not given at all */
+    return sdpa_fail(INV, "%s.data = NULL: expected a pointer to %s", name, doc);
   if (t->rank != rank)
     return sdpa_fail(INV, "%s.rank = %d: expected %d (%s)", name, t->rank, rank, doc);
   if ((unsigned)t->dtype > (unsigned)SDPA_DTYPE_I32)
     return sdpa_fail(INV, "%s.dtype = %d: expected one of SDPA_DTYPE_F32, _F16, _BF16, _I32",
                      name, (int)t->dtype);
-  int64_t numel = 1, maxoff = 0, span = 0;
+  int empty = 0;
   for (int i = 0; i < rank; ++i) {
-    int64_t n = t->shape[i], s = t->stride[i];
+    int64_t n = t->shape[i];
     if (n < 0) return sdpa_fail(INV, "%s.shape[%d] = " D64 ": expected >= 0", name, i, n);
     if (n > DIM_MAX)
       return sdpa_fail(UNSUP, "%s.shape[%d] = " D64 ": expected <= " D64
                        " (dimensions are 32-bit in the kernels)", name, i, n, DIM_MAX);
+    empty |= n == 0;
+  }
+  /* no element is read or written: no storage (numpy and torch give NULL) and
+   * any strides */
+  if (empty) return SDPA_OK;
+  if (!t->data) return sdpa_fail(INV, "%s.data = NULL: expected a pointer to %s", name, doc);
+  int64_t numel = 1, maxoff = 0, span = 0;
+  for (int i = 0; i < rank; ++i) {
+    int64_t n = t->shape[i], s = t->stride[i];
     if (s < 0)
       return sdpa_fail(INV, "%s.stride[%d] = " D64 ": expected >= 0 (negative strides are not"
                        " accepted)", name, i, s);
@@ -244,17 +261,19 @@ static sdpa_status check_attn_scalars(const sdpa_attn *a, sdpa_problem *p) {
 
 /* q, k, v of any layout; sets dtype, b (dense/cache), h, h_k, d, d_v, s_q, s_k
  * (dense), total_q/total_k (varlen). k/v are written when the cache appends. */
-static sdpa_status check_qkv(const sdpa_attn *a, sdpa_problem *p, int kv_out) {
+static sdpa_status check_qkv(const sdpa_attn *a, sdpa_problem *p, int kv_out, int paged_varlen) {
   int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   int cache = p->layout == SDPA_LAYOUT_CACHE;
   const char *qdoc = varlen ? "varlen q [total_q, h, d]" : "q [b, s_q, h, d]";
-  const char *kdoc = varlen ? "varlen k [total_k, h_k, d]"
+  const char *kdoc = paged_varlen ? "paged k [num_blocks, page_size, h_k, d] (with block_table)"
+                     : varlen ? "varlen k [total_k, h_k, d]"
                      : cache ? "cache k [b_cache, s_cache, h_k, d] or paged [num_blocks, page_size, h_k, d]"
                              : "k [b, s_k, h_k, d]";
-  const char *vdoc = varlen ? "varlen v [total_k, h_k, d_v]"
+  const char *vdoc = paged_varlen ? "paged v [num_blocks, page_size, h_k, d_v] (with block_table)"
+                     : varlen ? "varlen v [total_k, h_k, d_v]"
                      : cache ? "cache v [b_cache, s_cache, h_k, d_v] or paged [num_blocks, page_size, h_k, d_v]"
                              : "v [b, s_k, h_k, d_v]";
-  int r = varlen ? 3 : 4;
+  int r = varlen ? 3 : 4, kr = paged_varlen ? 4 : r;
   if (present(&a->q) && !varlen && a->q.rank == 3)
     return sdpa_fail(INV, "attn.q.rank = 3: expected 4 (q [b, s_q, h, d]; a rank-3 varlen q needs"
                      " attn.cu_seqlens_q)");
@@ -262,28 +281,29 @@ static sdpa_status check_qkv(const sdpa_attn *a, sdpa_problem *p, int kv_out) {
   if (!is_float_dtype(a->q.dtype))
     return sdpa_fail(INV, "attn.q.dtype = %s: expected f32, f16 or bf16", dtype_name(a->q.dtype));
   p->dtype = a->q.dtype;
-  SDPA_TRY(check_tensor(&a->k, "attn.k", r, kdoc, kv_out ? T_OUT : 0));
+  SDPA_TRY(check_tensor(&a->k, "attn.k", kr, kdoc, kv_out ? T_OUT : 0));
   SDPA_TRY(expect_dtype(&a->k, "attn.k", p->dtype, "the dtype of attn.q"));
-  SDPA_TRY(check_tensor(&a->v, "attn.v", r, vdoc, kv_out ? T_OUT : 0));
+  SDPA_TRY(check_tensor(&a->v, "attn.v", kr, vdoc, kv_out ? T_OUT : 0));
   SDPA_TRY(expect_dtype(&a->v, "attn.v", p->dtype, "the dtype of attn.q"));
 
-  int hq = r - 2, dq = r - 1; /* head and feature dimension indices */
+  int hq = r - 2, dq = r - 1; /* head and feature dimension indices of q */
+  int hk = kr - 2, dk = kr - 1; /* and of k / v */
   p->h = a->q.shape[hq];
   p->d = a->q.shape[dq];
   if (p->h < 1) return sdpa_fail(INV, "attn.q.shape[%d] = " D64 ": expected h >= 1", hq, p->h);
   if (p->d < 1) return sdpa_fail(INV, "attn.q.shape[%d] = " D64 ": expected d >= 1", dq, p->d);
-  p->h_k = a->k.shape[hq];
+  p->h_k = a->k.shape[hk];
   if (p->h_k < 1 || p->h % p->h_k != 0)
     return sdpa_fail(INV, "attn.k.shape[%d] = " D64 ": expected h_k dividing h = " D64
-                     " (attn.q.shape[%d])", hq, p->h_k, p->h, hq);
-  SDPA_TRY(expect_dim(&a->k, "attn.k", dq, p->d, "d", "attn.q.shape[last]"));
+                     " (attn.q.shape[%d])", hk, p->h_k, p->h, hq);
+  SDPA_TRY(expect_dim(&a->k, "attn.k", dk, p->d, "d", "attn.q.shape[last]"));
   if (p->layout == SDPA_LAYOUT_DENSE)
     SDPA_TRY(expect_dim(&a->k, "attn.k", 0, a->q.shape[0], "b", "attn.q.shape[0]"));
-  p->d_v = a->v.shape[dq];
+  p->d_v = a->v.shape[dk];
   if (p->d_v < 1)
-    return sdpa_fail(INV, "attn.v.shape[%d] = " D64 ": expected d_v >= 1", dq, p->d_v);
+    return sdpa_fail(INV, "attn.v.shape[%d] = " D64 ": expected d_v >= 1", dk, p->d_v);
   /* v matches k on every dimension but the last */
-  for (int i = 0; i < dq; ++i)
+  for (int i = 0; i < dk; ++i)
     if (a->v.shape[i] != a->k.shape[i])
       return sdpa_fail(INV, "attn.v.shape[%d] = " D64 ": expected " D64 " (attn.k.shape[%d])", i,
                        a->v.shape[i], a->k.shape[i], i);
@@ -296,7 +316,7 @@ static sdpa_status check_qkv(const sdpa_attn *a, sdpa_problem *p, int kv_out) {
   p->v_st = bshd_of(&a->v);
   if (varlen) {
     p->total_q = a->q.shape[0];
-    p->total_k = a->k.shape[0];
+    p->total_k = paged_varlen ? 0 : a->k.shape[0]; /* paged: set from cu_seqlens_k */
   } else if (!cache) {
     p->b = a->q.shape[0];
     p->s_q = a->q.shape[1];
@@ -432,6 +452,39 @@ static sdpa_status check_bias(const sdpa_attn *a, sdpa_problem *p) {
   return SDPA_OK;
 }
 
+/* ---- paged keys (KV cache or varlen) ------------------------------------------------- */
+
+/* block_table [b, max_blocks] and the page size k.shape[1] into p. */
+static sdpa_status check_block_table(const sdpa_tensor *bt, const sdpa_attn *a, sdpa_problem *p) {
+  SDPA_TRY(check_tensor(bt, "block_table", 2, "int32 block_table [b, max_blocks]", 0));
+  SDPA_TRY(expect_dtype(bt, "block_table", SDPA_DTYPE_I32, "index tensors are int32"));
+  SDPA_TRY(expect_dim(bt, "block_table", 0, p->b, "b",
+                      p->layout == SDPA_LAYOUT_VARLEN ? "attn.cu_seqlens_q.shape[0] - 1"
+                                                      : "attn.q.shape[0]"));
+  p->page_size = a->k.shape[1];
+  if (p->page_size < 16 || p->page_size % 16 != 0)
+    return sdpa_fail(INV, "attn.k.shape[1] = " D64 ": expected a page size that is a positive"
+                     " multiple of 16 (paged cache [num_blocks, page_size, h_k, d])",
+                     p->page_size);
+  p->block_table = (const int32_t *)bt->data;
+  p->bt_stride = bt->stride[0];
+  p->max_blocks = bt->shape[1];
+  p->num_blocks = a->k.shape[0];
+  return SDPA_OK;
+}
+
+/* The pages holding rows [0, rows) of sequence i (host-visible block_table). */
+static sdpa_status check_pages(const sdpa_problem *p, int64_t i, int64_t rows) {
+  int64_t used = (rows + p->page_size - 1) / p->page_size;
+  for (int64_t j = 0; j < used; ++j) {
+    int32_t blk = p->block_table[i * p->bt_stride + j];
+    if (blk < 0 || blk >= p->num_blocks)
+      return sdpa_fail(INV, "block_table[" D64 "][" D64 "] = %d: expected a block index in"
+                       " [0, " D64 ") (attn.k.shape[0])", i, j, blk, p->num_blocks);
+  }
+  return SDPA_OK;
+}
+
 /* ---- varlen ----------------------------------------------------------------------- */
 
 static sdpa_status check_index_vec(const sdpa_tensor *t, const char *name, int64_t len,
@@ -469,7 +522,8 @@ static sdpa_status check_prefix(const int32_t *cu, int64_t b, int64_t total, con
   return SDPA_OK;
 }
 
-static sdpa_status check_varlen(const sdpa_attn *a, sdpa_problem *p) {
+static sdpa_status check_varlen(const sdpa_attn *a, const sdpa_tensor *block_table,
+                                sdpa_problem *p) {
   const sdpa_tensor *cq = &a->cu_seqlens_q, *ck = &a->cu_seqlens_k;
   SDPA_TRY(check_tensor(cq, "attn.cu_seqlens_q", 1, "int32 cu_seqlens_q [b+1]", 0));
   SDPA_TRY(expect_dtype(cq, "attn.cu_seqlens_q", SDPA_DTYPE_I32, "index tensors are int32"));
@@ -495,6 +549,10 @@ static sdpa_status check_varlen(const sdpa_attn *a, sdpa_problem *p) {
   p->seqused_k = (const int32_t *)a->seqused_k.data;
   p->s_q = a->max_seqlen_q;
   p->s_k = a->max_seqlen_k;
+  if (block_table && present(block_table)) {
+    SDPA_TRY(check_block_table(block_table, a, p));
+    p->total_k = p->num_blocks * p->page_size; /* the rows there are (exact on the CPU below) */
+  }
   if (p->device != SDPA_DEVICE_CPU) {
     if (p->b > 0 && p->s_q == 0)
       return sdpa_fail(INV, "attn.max_seqlen_q = 0: expected > 0 on SDPA_DEVICE_CUDA (the"
@@ -506,8 +564,24 @@ static sdpa_status check_varlen(const sdpa_attn *a, sdpa_problem *p) {
   }
   SDPA_TRY(check_prefix(p->cu_q, p->b, p->total_q, "attn.cu_seqlens_q", "attn.q (shape[0])",
                         &p->s_q, "attn.max_seqlen_q"));
-  SDPA_TRY(check_prefix(p->cu_k, p->b, p->total_k, "attn.cu_seqlens_k", "attn.k (shape[0])",
-                        &p->s_k, "attn.max_seqlen_k"));
+  if (p->page_size > 0) {
+    /* paged keys: a length is bounded by the block_table row, not by k's rows */
+    int64_t cap = p->max_blocks * p->page_size;
+    SDPA_TRY(check_prefix(p->cu_k, p->b, INT64_MAX, "attn.cu_seqlens_k", "", &p->s_k,
+                          "attn.max_seqlen_k"));
+    p->total_k = p->cu_k[p->b];
+    for (int64_t i = 0; i < p->b; ++i) {
+      int64_t len = (int64_t)p->cu_k[i + 1] - p->cu_k[i];
+      if (len > cap)
+        return sdpa_fail(INV, "attn.cu_seqlens_k[" D64 "] - attn.cu_seqlens_k[" D64 "] = " D64
+                         ": expected at most block_table.shape[1] * page_size = " D64, i + 1, i,
+                         len, cap);
+      SDPA_TRY(check_pages(p, i, len));
+    }
+  } else {
+    SDPA_TRY(check_prefix(p->cu_k, p->b, p->total_k, "attn.cu_seqlens_k", "attn.k (shape[0])",
+                          &p->s_k, "attn.max_seqlen_k"));
+  }
   if (p->seqused_k)
     for (int64_t i = 0; i < p->b; ++i) {
       int64_t len = (int64_t)p->cu_k[i + 1] - p->cu_k[i];
@@ -529,6 +603,14 @@ static sdpa_status check_cache(const sdpa_fwd_desc *desc, sdpa_problem *p) {
                      " with a contiguous cache only");
   SDPA_TRY(check_index_vec(&desc->cache_seqlens, "cache_seqlens", p->b, "b, from attn.q.shape[0]"));
   p->cache_seqlens = (const int32_t *)desc->cache_seqlens.data;
+  if (present(&desc->cache_leftpad)) {
+    if (paged)
+      return sdpa_fail(UNSUP, "cache_leftpad given with block_table: cache_leftpad is supported"
+                       " with a contiguous cache only");
+    SDPA_TRY(check_index_vec(&desc->cache_leftpad, "cache_leftpad", p->b,
+                             "b, from attn.q.shape[0]"));
+    p->cache_leftpad = (const int32_t *)desc->cache_leftpad.data;
+  }
 
   int has_new = present(&desc->k_new), has_vnew = present(&desc->v_new);
   if (has_new != has_vnew)
@@ -558,19 +640,7 @@ static sdpa_status check_cache(const sdpa_fwd_desc *desc, sdpa_problem *p) {
   int64_t cap;
   const char *capdoc;
   if (paged) {
-    const sdpa_tensor *bt = &desc->block_table;
-    SDPA_TRY(check_tensor(bt, "block_table", 2, "int32 block_table [b, max_blocks]", 0));
-    SDPA_TRY(expect_dtype(bt, "block_table", SDPA_DTYPE_I32, "index tensors are int32"));
-    SDPA_TRY(expect_dim(bt, "block_table", 0, p->b, "b", "attn.q.shape[0]"));
-    p->page_size = a->k.shape[1];
-    if (p->page_size < 16 || p->page_size % 16 != 0)
-      return sdpa_fail(INV, "attn.k.shape[1] = " D64 ": expected a page size that is a positive"
-                       " multiple of 16 (paged cache [num_blocks, page_size, h_k, d])",
-                       p->page_size);
-    p->block_table = (const int32_t *)bt->data;
-    p->bt_stride = bt->stride[0];
-    p->max_blocks = bt->shape[1];
-    p->num_blocks = a->k.shape[0];
+    SDPA_TRY(check_block_table(&desc->block_table, a, p));
     cap = p->max_blocks * p->page_size; /* both <= 2^31 */
     capdoc = "block_table.shape[1] * page_size";
   } else {
@@ -633,14 +703,11 @@ static sdpa_status check_cache(const sdpa_fwd_desc *desc, sdpa_problem *p) {
                        D64 "] + s_new (" D64 ") <= the cache capacity " D64 " (%s)", i, L, i,
                        p->s_new, cap, capdoc);
     if (L > maxlen) maxlen = L;
+    if (p->cache_leftpad && (p->cache_leftpad[i] < 0 || p->cache_leftpad[i] > L))
+      return sdpa_fail(INV, "cache_leftpad[" D64 "] = %d: expected in [0, cache_seqlens[" D64
+                       "] = " D64 "]", i, p->cache_leftpad[i], i, L);
     if (paged) {
-      int64_t used = (L + p->s_new + p->page_size - 1) / p->page_size;
-      for (int64_t j = 0; j < used; ++j) {
-        int32_t blk = p->block_table[i * p->bt_stride + j];
-        if (blk < 0 || blk >= p->num_blocks)
-          return sdpa_fail(INV, "block_table[" D64 "][" D64 "] = %d: expected a block index in"
-                           " [0, " D64 ") (attn.k.shape[0])", i, j, blk, p->num_blocks);
-      }
+      SDPA_TRY(check_pages(p, i, L + p->s_new));
     } else if (p->cache_batch_idx) {
       int32_t row = p->cache_batch_idx[i];
       if (row < 0 || row >= p->num_blocks)
@@ -681,11 +748,13 @@ static sdpa_status check_layout_fields(const sdpa_fwd_desc *desc, const sdpa_att
     return sdpa_fail(INV, "num_splits = %d: expected >= 0 (0 = automatic, 1 = no split)",
                      desc->num_splits);
   if (layout == SDPA_LAYOUT_CACHE) return SDPA_OK;
-  static const char *const names[6] = {"block_table", "cache_batch_idx", "k_new", "v_new",
-                                       "rotary_cos", "rotary_sin"};
-  const sdpa_tensor *ts[6] = {&desc->block_table, &desc->cache_batch_idx, &desc->k_new,
-                              &desc->v_new, &desc->rotary_cos, &desc->rotary_sin};
-  for (int i = 0; i < 6; ++i)
+  static const char *const names[7] = {"block_table", "cache_batch_idx", "k_new", "v_new",
+                                       "rotary_cos", "rotary_sin", "cache_leftpad"};
+  const sdpa_tensor *ts[7] = {&desc->block_table, &desc->cache_batch_idx, &desc->k_new,
+                              &desc->v_new, &desc->rotary_cos, &desc->rotary_sin,
+                              &desc->cache_leftpad};
+  /* block_table also pages the keys of the varlen layout */
+  for (int i = layout == SDPA_LAYOUT_VARLEN; i < 7; ++i)
     if (present(ts[i]))
       return sdpa_fail(UNSUP, "%s given without cache_seqlens: %s requires the KV-cache layout"
                        " (set cache_seqlens)", names[i], names[i]);
@@ -727,12 +796,10 @@ sdpa_status sdpa_validate_fwd(const sdpa_fwd_desc *desc, sdpa_problem *p) {
       return sdpa_fail(UNSUP, "probs given with the KV-cache layout: probs are supported with the"
                        " dense layout only");
   }
-  if (p->layout == SDPA_LAYOUT_VARLEN && present(&desc->probs))
-    return sdpa_fail(UNSUP, "probs given with the varlen layout: probs are supported with the"
-                     " dense layout only");
 
-  SDPA_TRY(check_qkv(a, p, p->layout == SDPA_LAYOUT_CACHE && present(&desc->k_new)));
-  if (p->layout == SDPA_LAYOUT_VARLEN) SDPA_TRY(check_varlen(a, p));
+  const int paged_varlen = p->layout == SDPA_LAYOUT_VARLEN && present(&desc->block_table);
+  SDPA_TRY(check_qkv(a, p, p->layout == SDPA_LAYOUT_CACHE && present(&desc->k_new), paged_varlen));
+  if (p->layout == SDPA_LAYOUT_VARLEN) SDPA_TRY(check_varlen(a, &desc->block_table, p));
   if (p->layout == SDPA_LAYOUT_CACHE) {
     /* cache k/v: [b_cache|num_blocks, s_cache|page_size, h_k, d]; h_k, d checked above */
     SDPA_TRY(check_cache(desc, p));
@@ -745,6 +812,7 @@ sdpa_status sdpa_validate_fwd(const sdpa_fwd_desc *desc, sdpa_problem *p) {
 
   if (present(&desc->probs)) {
     const sdpa_tensor *t = &desc->probs;
+    /* varlen: [b, h, max_seqlen_q, max_seqlen_k], sequence b's block at its origin */
     SDPA_TRY(check_tensor(t, "probs", 4, "probs [b, h, s_q, s_k]", T_OUT));
     if (t->dtype != SDPA_DTYPE_F32 && t->dtype != p->dtype)
       return sdpa_fail(INV, "probs.dtype = %s: expected f32 or the dtype of attn.q (%s)",
@@ -786,13 +854,13 @@ sdpa_status sdpa_validate_bwd(const sdpa_bwd_desc *desc, sdpa_problem *p) {
   p->layout = present(&a->cu_seqlens_q) ? SDPA_LAYOUT_VARLEN : SDPA_LAYOUT_DENSE;
   SDPA_TRY(check_layout_fields(NULL, a, p->layout));
 
-  SDPA_TRY(check_qkv(a, p, 0));
-  if (p->layout == SDPA_LAYOUT_VARLEN) SDPA_TRY(check_varlen(a, p));
+  SDPA_TRY(check_qkv(a, p, 0, 0));
+  if (p->layout == SDPA_LAYOUT_VARLEN) SDPA_TRY(check_varlen(a, NULL, p));
 
   SDPA_TRY(check_q_like(&desc->out, "out", p, p->d_v, "d_v", "attn.v.shape[last]", 0));
   p->out = desc->out.data;
   p->o_st = bshd_of(&desc->out);
-  if (!present(&desc->lse))
+  if (!present(&desc->lse) && !empty_shape(&desc->lse))
     return sdpa_fail(INV, "lse.data = NULL: expected the forward's f32 lse (required by the"
                      " backward)");
   SDPA_TRY(check_lse(&desc->lse, "lse", p, 0));

@@ -348,6 +348,13 @@ int main(void) {
      .bias_ninf = 1, .dbias = 1, .dropout = 0.17f, .pad = 2},
     {.name = "multi_block_f16", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 260, .sk = 300, .d = 64,
      .dv = 64, .causal = 1, .alibi = 1, .bias = 1 | BC_B | BC_Q, .dbias = 1, .dropout = 0.17f},
+    /* empty problems: the gradients of the non-empty side are zeros (poisoned first) */
+    {.name = "empty_queries_dbias_f16", .dt = F16, .b = 2, .h = 2, .hk = 1, .sq = 0, .sk = 70,
+     .d = 32, .dv = 32, .bias = 1 | BC_Q, .dbias = 1},
+    {.name = "empty_keys_causal_bf16", .dt = BF16, .b = 2, .h = 2, .hk = 2, .sq = 50, .sk = 0,
+     .d = 64, .dv = 64, .causal = 1},
+    {.name = "empty_batch_f32", .dt = F32, .b = 0, .h = 2, .hk = 2, .sq = 9, .sk = 9, .d = 16,
+     .dv = 16},
     {.name = "determinism_dense", .dt = F32, .b = 2, .h = 4, .hk = 2, .sq = 130, .sk = 140, .d = 64,
      .dv = 64, .causal = 1, .alibi = 1, .softcap = 3.0f, .bias = 1 | BC_B | BC_H, .bias_ninf = 1,
      .dbias = 1, .dropout = 0.17f, .threads = thr_a},

@@ -3,8 +3,9 @@
  * contiguous cache with cache_batch_idx, paged caches (page 16 and 256) with
  * shuffled block tables, in-call append of k_new / v_new with rotary in both
  * layouts (and the cache contents afterwards: appended rows rotated, every
- * other byte untouched), cache_seqlens 0, s_q in {1, 2, 7, 64}, GQA, and
- * every split count 1..16 equal to the unsplit result.
+ * other byte untouched), cache_seqlens 0, s_q in {1, 2, 7, 64}, GQA,
+ * cache_leftpad, windows, and every split count 1..16 equal to the unsplit
+ * result.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +29,8 @@ typedef struct ccase {
   int causal;
   int zero_seqlen;  /* sequence 0 starts with an empty cache */
   int splits;
+  int leftpad;      /* contiguous: cache_leftpad drawn in [0, cache_seqlens[b]] */
+  int64_t wl;       /* window_left when > 0 (a windowed, non-causal mask) */
 } ccase;
 
 static ccase cbase(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
@@ -47,7 +50,7 @@ static ccase cbase(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_
 }
 
 typedef struct cbufs {
-  sdpa_tensor q, kc, vc, kn, vn, out, lse, seqlens, bt, bidx, cos, sin;
+  sdpa_tensor q, kc, vc, kn, vn, out, lse, seqlens, bt, bidx, cos, sin, lpad;
   sdpa_fwd_desc desc;
 } cbufs;
 
@@ -137,13 +140,23 @@ static void build(const ccase *c, cbufs *f) {
     f->desc.rotary_sin = f->sin;
     f->desc.rotary_interleaved = c->rotary == 1;
   }
+  if (c->leftpad) {
+    f->lpad = test_alloc(SDPA_DTYPE_I32, 1, sb);
+    for (int64_t b = 0; b < c->b; ++b)
+      ((int32_t *)f->lpad.data)[b] = (int32_t)test_rng_int(&rng, 0, sl32[b]);
+    f->desc.cache_leftpad = f->lpad;
+  }
+  if (c->wl > 0) {
+    a->window_left = c->wl;
+    a->window_right = 2;
+  }
   f->desc.num_splits = c->splits;
 }
 
 static void release(cbufs *f) {
-  sdpa_tensor *all[12] = {&f->q, &f->kc, &f->vc, &f->kn, &f->vn, &f->out,
-                          &f->lse, &f->seqlens, &f->bt, &f->bidx, &f->cos, &f->sin};
-  for (int k = 0; k < 12; ++k) test_free(all[k]);
+  sdpa_tensor *all[13] = {&f->q,       &f->kc,  &f->vc, &f->kn,  &f->vn,  &f->out, &f->lse,
+                          &f->seqlens, &f->bt, &f->bidx, &f->cos, &f->sin, &f->lpad};
+  for (int k = 0; k < 13; ++k) test_free(all[k]);
 }
 
 /* element offset of cache row pos (head hk) of sequence b, computed here from
@@ -340,6 +353,27 @@ int main(void) {
   run_case(&c);
   c = cbase("decode auto split", SDPA_DTYPE_F16, 1, 2, 1, 1, 1, 64, 4000);
   c.page = 256;
+  run_case(&c);
+
+  /* cache_leftpad: keys from each sequence's first row; rotary positions stay
+     cache rows; q rotated per row when windowed, at cache_seqlens when not */
+  c = cbase("leftpad + append + rotary, unmasked", SDPA_DTYPE_F16, 3, 4, 2, 7, 7, 64, 300);
+  c.leftpad = 1;
+  c.rotary = 2;
+  c.rotary_dim = 32;
+  c.zero_seqlen = 1;
+  run_case(&c);
+  c = cbase("leftpad + batch_idx + window + rotary", SDPA_DTYPE_BF16, 3, 4, 4, 7, 3, 59, 300);
+  c.leftpad = 1;
+  c.batch_idx = 1;
+  c.wl = 5;
+  c.rotary = 1;
+  c.rotary_dim = 32;
+  run_case(&c);
+  c = cbase("leftpad splits, causal", SDPA_DTYPE_F32, 2, 4, 2, 3, 1, 64, 1200);
+  c.leftpad = 1;
+  c.causal = 1;
+  c.splits = 1;
   run_case(&c);
   return test_summary();
 }

@@ -328,6 +328,17 @@ int main(void) {
   c = base_case("s_q > s_k", SDPA_DTYPE_F16, 2, 2, 2, 200, 33, 64);
   run_case(&c);
 
+  /* empty problems: no keys (out 0, lse +inf over poisoned outputs), no queries, no batch */
+  c = base_case("no keys", SDPA_DTYPE_BF16, 2, 4, 2, 37, 0, 64);
+  run_case(&c);
+  c = base_case("no keys causal", SDPA_DTYPE_F32, 1, 2, 2, 5, 0, 8);
+  c.causal = 1;
+  run_case(&c);
+  c = base_case("no queries", SDPA_DTYPE_F16, 2, 2, 2, 0, 30, 32);
+  run_case(&c);
+  c = base_case("no batch", SDPA_DTYPE_F32, 0, 2, 1, 7, 9, 16);
+  run_case(&c);
+
   /* masks: causal both alignments (s_q > s_k gives fully masked rows bottom-right) */
   for (int k = 0; k < 3; ++k) {
     c = base_case("causal bottom-right", dts[k], 2, 2, 1, 131, 300, 64);

@@ -411,6 +411,22 @@ static void test_tensors(void) {
   d.out.data = NULL;
   FWD_ERR(d, INV, "out.data = NULL");
 
+  /* an empty tensor needs no storage and may have any strides: no keys */
+  d = fwd_dense();
+  d.attn.k.shape[1] = d.attn.v.shape[1] = 0;
+  d.attn.k.data = d.attn.v.data = NULL;
+  d.attn.k.stride[3] = d.attn.v.stride[3] = 0;
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "no keys with NULL k / v: %s", sdpa_last_error());
+  d.attn.q.shape[1] = d.out.shape[1] = d.lse.shape[2] = 0; /* and no queries */
+  d.attn.q.data = d.out.data = d.lse.data = NULL;
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "no queries, no keys, NULL tensors: %s",
+              sdpa_last_error());
+  d = fwd_dense();
+  d.attn.k.data = NULL; /* a non-empty tensor still needs its data */
+  d.attn.k.shape[1] = d.attn.v.shape[1] = 0;
+  d.attn.k.shape[1] = 1;
+  FWD_ERR(d, INV, "attn.k.data = NULL");
+
   d = fwd_dense();
   d.attn.q.rank = 3;
   FWD_ERR(d, INV, "attn.q.rank = 3", "cu_seqlens_q");
@@ -589,9 +605,12 @@ static void test_modifiers(void) {
   d.probs = tns(SDPA_DTYPE_F32, 4, L(B), L(H), L(SQ), L(SK));
   d.probs.stride[0] = 0;
   FWD_ERR(d, INV, "probs.stride[0] = 0");
-  d = fwd_varlen();
+  d = fwd_varlen(); /* [b, h, max_seqlen_q, max_seqlen_k] */
   d.probs = tns(SDPA_DTYPE_F32, 4, L(2), L(H), L(3), L(4));
-  FWD_ERR(d, UNSUP, "probs", "varlen");
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "varlen probs: %s", sdpa_last_error());
+  d = fwd_varlen();
+  d.probs = tns(SDPA_DTYPE_F32, 4, L(2), L(H), L(3), L(5));
+  FWD_ERR(d, INV, "probs.shape[3] = 5", "s_k = 4");
   d = fwd_paged();
   d.probs = tns(SDPA_DTYPE_F32, 4, L(2), L(H), L(1), L(32));
   FWD_ERR(d, UNSUP, "probs", "KV-cache");
@@ -765,6 +784,44 @@ static void test_cache(void) {
   d = fwd_dense();
   d.cache_batch_idx = ivec(2, 0, 1);
   FWD_ERR(d, UNSUP, "cache_batch_idx given without cache_seqlens");
+  d = fwd_varlen();
+  d.cache_leftpad = ivec(2, 0, 1);
+  FWD_ERR(d, UNSUP, "cache_leftpad given without cache_seqlens");
+
+  /* cache_leftpad: int32 [b], each in [0, cache_seqlens[b]], contiguous caches */
+  d = fwd_cache();
+  d.cache_leftpad = ivec(2, 5, 0);
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "cache_leftpad: %s", sdpa_last_error());
+  d = fwd_cache();
+  d.cache_leftpad = ivec(2, 1, 8);
+  FWD_ERR(d, INV, "cache_leftpad[1] = 8", "cache_seqlens[1] = 7");
+  d = fwd_cache();
+  d.cache_leftpad = ivec(2, -1, 0);
+  FWD_ERR(d, INV, "cache_leftpad[0] = -1");
+  d = fwd_cache();
+  d.cache_leftpad = ivec(3, 0, 0, 0);
+  FWD_ERR(d, INV, "cache_leftpad.shape[0] = 3");
+  d = fwd_paged();
+  d.cache_leftpad = ivec(2, 0, 0);
+  FWD_ERR(d, UNSUP, "cache_leftpad given with block_table");
+
+  /* paged varlen: pages [4, 16, HK, D], q lengths {2, 3}, key lengths {17, 3} */
+  d = fwd_varlen();
+  d.attn.k = tns(DT, 4, L(4), L(16), L(HK), L(D));
+  d.attn.v = tns(DT, 4, L(4), L(16), L(HK), L(DV));
+  d.attn.cu_seqlens_k = ivec(3, 0, 17, 20);
+  d.block_table = tns(SDPA_DTYPE_I32, 2, L(2), L(2));
+  int32_t *bt = (int32_t *)d.block_table.data;
+  bt[0] = 3, bt[1] = 1, bt[2] = 0, bt[3] = -7; /* bt[3] unused: 3 keys need one page */
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "paged varlen: %s", sdpa_last_error());
+  bt[1] = 4;
+  FWD_ERR(d, INV, "block_table[0][1] = 4", "[0, 4)");
+  bt[1] = 1;
+  d.attn.cu_seqlens_k = ivec(3, 0, 33, 36);
+  FWD_ERR(d, INV, "attn.cu_seqlens_k[1] - attn.cu_seqlens_k[0] = 33", "= 32");
+  d.attn.cu_seqlens_k = ivec(3, 0, 17, 20);
+  d.attn.k = tns(DT, 3, L(64), L(HK), L(D));
+  FWD_ERR(d, INV, "attn.k.rank = 3", "paged k");
 
   /* rotary */
   d = fwd_cache();

@@ -191,13 +191,14 @@ def _fill_attn(c, a, q, k, v, *, causal, align, window, softcap, scale, alibi_sl
 
 
 def _fill_cache_extras(c, d, block_table, cache_batch_idx, k_new, v_new, rotary_cos,
-                       rotary_sin):
+                       rotary_sin, cache_leftpad):
     """The KV cache's optional arrays (called only when one is given)."""
     for t, x, name, index in ((d.block_table, block_table, "block_table", True),
                               (d.cache_batch_idx, cache_batch_idx, "cache_batch_idx", True),
                               (d.k_new, k_new, "k_new", False), (d.v_new, v_new, "v_new", False),
                               (d.rotary_cos, rotary_cos, "rotary_cos", False),
-                              (d.rotary_sin, rotary_sin, "rotary_sin", False)):
+                              (d.rotary_sin, rotary_sin, "rotary_sin", False),
+                              (d.cache_leftpad, cache_leftpad, "cache_leftpad", True)):
         c.set(t, c.arr(x, name, index=index), name)
 
 
@@ -229,7 +230,7 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, cache_seqlens=None,
                block_table=None, cache_batch_idx=None, k_new=None, v_new=None, rotary_cos=None,
                rotary_sin=None, rotary_interleaved=False, num_splits=0, num_threads=0,
-               kernel=None, out=None, lse=None, probs=None):
+               kernel=None, out=None, lse=None, probs=None, cache_leftpad=None):
     q = T.as_array(q, "q")
     c = _Call(q, "q")
     c.keep.append(q)
@@ -263,11 +264,16 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
         c.set(d.lse, lse, "lse")
     if return_probs or probs is not None:
         if probs is None:
-            if varlen or cache:
+            if cache:
                 raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
-                                "return_probs: the dense layout only (no cu_seqlens_q, no "
+                                "return_probs: the dense and varlen layouts only (no "
                                 "cache_seqlens)")
-            probs = T.empty(q, _probs_shape(q, k), "float32")
+            if varlen:  # [b, h, max_seqlen_q, max_seqlen_k]; past a sequence's lengths: 0
+                mq, mk = _varlen_maxima(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                        max_seqlen_k)
+                probs = T.zeros(q, (len(cu_seqlens_q) - 1, q.shape[-2], mq, mk), "float32")
+            else:
+                probs = T.empty(q, _probs_shape(q, k), "float32")
         else:
             probs = c.arr(probs, "probs")
         c.set(d.probs, probs, "probs")
@@ -275,14 +281,22 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     if cache:
         c.set(d.cache_seqlens, c.arr(cache_seqlens, "cache_seqlens", index=True), "cache_seqlens")
     if (block_table is not None or cache_batch_idx is not None or k_new is not None
-            or v_new is not None or rotary_cos is not None or rotary_sin is not None):
+            or v_new is not None or rotary_cos is not None or rotary_sin is not None
+            or cache_leftpad is not None):
         _fill_cache_extras(c, d, block_table, cache_batch_idx, k_new, v_new, rotary_cos,
-                           rotary_sin)
+                           rotary_sin, cache_leftpad)
     if rotary_interleaved:
         d.rotary_interleaved = 1
     if num_splits:
         d.num_splits = int(num_splits)
     return d, c, out, lse, probs
+
+
+def _varlen_maxima(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """(max_seqlen_q, max_seqlen_k) as given, else from the prefix sums."""
+    mq = int(max_seqlen_q or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_q, "cu_seqlens_q")))
+    mk = int(max_seqlen_k or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_k, "cu_seqlens_k")))
+    return mq, mk
 
 
 def _capture_workspace(size_fn, desc, dev, torch):
@@ -346,8 +360,8 @@ def _wants_autograd(q, k, v, bias):
     return T.is_torch(q) and _needs_grad((q, k, v, bias))
 
 
-_CACHE_KEYS = ("cache_seqlens", "block_table", "cache_batch_idx", "k_new", "v_new",
-               "rotary_cos", "rotary_sin")
+_CACHE_KEYS = ("cache_seqlens", "block_table", "cache_batch_idx", "cache_leftpad", "k_new",
+               "v_new", "rotary_cos", "rotary_sin")
 
 
 def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), softcap=0.0,
@@ -355,7 +369,8 @@ def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), sof
             return_lse=False, return_probs=False, cu_seqlens_q=None, cu_seqlens_k=None,
             max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, cache_seqlens=None, block_table=None,
             cache_batch_idx=None, k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
-            rotary_interleaved=False, num_splits=0, num_threads=0, kernel=None, out=None):
+            rotary_interleaved=False, num_splits=0, num_threads=0, kernel=None, out=None,
+            cache_leftpad=None):
     """Fused attention forward (sdpa_fwd). See include/sdpa.h for the semantics.
 
     Layouts: dense q [b, s_q, h, d], k [b, s_k, h_k, d], v [b, s_k, h_k, d_v];
@@ -369,7 +384,8 @@ def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), sof
     torch tensors that require grad (dense or varlen, no out=) go through
     sdpa.torch_ops, so gradients flow to q, k, v and bias.
     """
-    if out is None and cache_seqlens is None and _wants_autograd(q, k, v, bias):
+    if (out is None and cache_seqlens is None and block_table is None
+            and _wants_autograd(q, k, v, bias)):
         from . import torch_ops
         return torch_ops.attention(
             q, k, v, causal=causal, align=align, window=window, softcap=softcap, scale=scale,
@@ -386,7 +402,7 @@ def forward(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), sof
         seqused_k=seqused_k, cache_seqlens=cache_seqlens, block_table=block_table,
         cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new, rotary_cos=rotary_cos,
         rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved, num_splits=num_splits,
-        num_threads=num_threads, kernel=kernel, out=out)
+        num_threads=num_threads, kernel=kernel, out=out, cache_leftpad=cache_leftpad)
     return _run_fwd(built, return_lse, return_probs)
 
 

@@ -111,6 +111,7 @@ class sdpa_fwd_desc(ctypes.Structure):
         ("num_splits", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        ("cache_leftpad", sdpa_tensor),
     ]
 
 

@@ -117,15 +117,15 @@ def _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seql
 
 
 def _kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
-                  cache_batch_idx, block_table, alibi_slopes, scale, softcap, causal,
-                  window_left, window_right, rotary_interleaved, num_splits):
+                  cache_batch_idx, block_table, alibi_slopes, cache_leftpad, scale, softcap,
+                  causal, window_left, window_right, rotary_interleaved, num_splits):
     out, lse = _core._forward_raw(
         q, k_cache, v_cache, causal=causal, align="bottom-right",
         window=(window_left, window_right), softcap=softcap, scale=scale,
         alibi_slopes=alibi_slopes, return_lse=True, cache_seqlens=cache_seqlens,
         block_table=block_table, cache_batch_idx=cache_batch_idx, k_new=k_new, v_new=v_new,
         rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_interleaved=rotary_interleaved,
-        num_splits=num_splits)
+        num_splits=num_splits, cache_leftpad=cache_leftpad)
     return out, lse
 
 
@@ -133,18 +133,20 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
                       rotary_cos=None, rotary_sin=None, cache_batch_idx=None, block_table=None,
                       alibi_slopes=None, scale=None, softcap=0.0, causal=False,
                       window=(-1, -1), rotary_interleaved=False, num_splits=0,
-                      use_custom_op=None):
+                      cache_leftpad=None, use_custom_op=None):
     """KV-cache forward (no autograd) through the custom op sdpa::fwd_kvcache where
     available (traceable by torch.compile, which sees the in-place cache update).
     cache_seqlens: int32 tensor [b]. Returns (out, lse)."""
     wl, wr = _core._window(window)
+    if cache_leftpad is not None:
+        cache_leftpad = cache_leftpad.to(torch.int32)
     args = (q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
-            cache_batch_idx, block_table, alibi_slopes, 0.0 if scale is None else float(scale),
-            float(softcap or 0.0), bool(causal), wl, wr, bool(rotary_interleaved),
-            int(num_splits or 0))
+            cache_batch_idx, block_table, alibi_slopes, cache_leftpad,
+            0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
+            bool(rotary_interleaved), int(num_splits or 0))
     if use_custom_op is None:
         use_custom_op = HAVE_CUSTOM_OP
-        tensors = args[:11]
+        tensors = args[:12]
         if use_custom_op and not _core._needs_grad(tensors) and _plain_eager(tensors):
             # what the op does here, without its dispatch: the implementation, then
             # the caches' version counters bumped (its ADInplaceOrView kernel's
@@ -252,20 +254,21 @@ if HAVE_CUSTOM_OP:
                          v_new: Optional[Tensor], rotary_cos: Optional[Tensor],
                          rotary_sin: Optional[Tensor], cache_seqlens: Tensor,
                          cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
-                         alibi_slopes: Optional[Tensor], scale: float, softcap: float,
-                         causal: bool, window_left: int, window_right: int,
-                         rotary_interleaved: bool, num_splits: int) -> Tuple[Tensor, Tensor]:
+                         alibi_slopes: Optional[Tensor], cache_leftpad: Optional[Tensor],
+                         scale: float, softcap: float, causal: bool, window_left: int,
+                         window_right: int, rotary_interleaved: bool,
+                         num_splits: int) -> Tuple[Tensor, Tensor]:
         """Decoding forward with a KV cache; k_new/v_new are appended to the cache in place."""
         return _kvcache_impl(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin,
-                             cache_seqlens, cache_batch_idx, block_table, alibi_slopes, scale,
-                             softcap, causal, window_left, window_right, rotary_interleaved,
-                             num_splits)
+                             cache_seqlens, cache_batch_idx, block_table, alibi_slopes,
+                             cache_leftpad, scale, softcap, causal, window_left, window_right,
+                             rotary_interleaved, num_splits)
 
     @torch.library.register_fake("sdpa::fwd_kvcache")
     def _sdpa_fwd_kvcache_fake(q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin,
-                               cache_seqlens, cache_batch_idx, block_table, alibi_slopes, scale,
-                               softcap, causal, window_left, window_right, rotary_interleaved,
-                               num_splits):
+                               cache_seqlens, cache_batch_idx, block_table, alibi_slopes,
+                               cache_leftpad, scale, softcap, causal, window_left, window_right,
+                               rotary_interleaved, num_splits):
         so, sl = _core._out_shapes(q, v_cache, False)
         return q.new_empty(so), q.new_empty(sl, dtype=torch.float32)
 
@@ -311,15 +314,18 @@ def _last_dim_contiguous(x):
 
 def _prepare_bias(bias):
     """bias as a 4-D view whose broadcast dimensions have size 1: a stride-0
-    (expanded) dimension becomes a narrow(dim, 0, 1) of it, so that the library's
-    dbias (summed over size-1 dimensions) is exactly the gradient of that view
-    and autograd sums it back through the expand."""
+    (expanded) dimension of a computed tensor becomes a narrow(dim, 0, 1) of it,
+    so that the library's dbias (summed over size-1 dimensions) is exactly the
+    gradient of that view and autograd sums it back through the expand. A leaf
+    that requires grad keeps its stride-0 dimensions: its .grad is per element
+    (torch's rule), so the library writes the full-shaped dbias."""
     if bias is None:
         return None
     bias = _core._bias4(bias)
-    for i in range(3):
-        if bias.shape[i] > 1 and bias.stride(i) == 0:
-            bias = bias.narrow(i, 0, 1)
+    if not (bias.requires_grad and bias.grad_fn is None):
+        for i in range(3):
+            if bias.shape[i] > 1 and bias.stride(i) == 0:
+                bias = bias.narrow(i, 0, 1)
     return _last_dim_contiguous(bias)
 
 

@@ -1,208 +1,36 @@
-"""xformers.ops.memory_efficient_attention on top of sdpa (torch tensors).
+"""xformers.ops' attention functions (0.0.28) on top of sdpa (torch tensors).
 
     memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None)
+    memory_efficient_attention_forward(...)                  no autograd
+    memory_efficient_attention_forward_requires_grad(...)    -> (out, lse)
+    memory_efficient_attention_backward(grad, out, lse, query, key, value, ...)
+                                                             -> (dq, dk, dv)
+    memory_efficient_attention_partial(...)                  -> (out, lse), to merge
+    merge_attentions(attn_split, lse_split, write_lse=True)  -> (out, lse | None)
 
-Inputs [B, M, H, K] (also [B, M, K]: one head; and [B, M, G, H, K]: grouped
-heads, k/v expanded over H as xformers wants them for GQA); output [B, M, H, Kv].
-
-attn_bias:
-  a tensor, broadcastable to [B, H, M, N] (stride-0 / size-1 dimensions are
-      passed as broadcasts, never materialised), gradients flow into it;
-  LowerTriangularMask()                   causal, top-left (xformers' convention);
-  LowerTriangularFromBottomRightMask()    causal, bottom-right;
-  LowerTriangularMask().add_bias(t)       causal top-left plus a tensor;
-  LocalAttentionFromBottomRightMask(l, r) window (l, r), bottom-right;
-  BlockDiagonalMask.from_seqlens(q_seqlen, kv_seqlen=None)
-      varlen: inputs have batch 1 and the sequences concatenated along M; maps
-      to cu_seqlens. .make_causal() (top-left in each block),
-      .make_causal_from_bottomright(), .make_local_attention(window_size).
-
-The same classes are importable as xformers.ops.fmha.attn_bias.* through the shim
-python/xformers_shim (PYTHONPATH=python/xformers_shim).
+Layouts: [B, M, H, K] (key / value [B, N, H_k, K(v)], H_k dividing H: GQA);
+[B, M, K] (one head); [B, M, G, H, K] (groups: key / value [B, N, G, H, K],
+either expanded over H (stride 0: G kv heads) or with real per-head rows;
+G and H must fold into one dimension, else ValueError, as in xformers).
+lse is [B, H, M] ([B, G, H, M] for 5-D inputs; [1, H, total] for the
+block-diagonal biases). The attention biases are in sdpa.xformers_bias; a
+tensor bias broadcasts to [B, H, M, N] ([B, M, N] for 3-D inputs, [B, G, H, M,
+N] for 5-D), and gradients flow into it. `op` is accepted and ignored: sdpa's
+registry picks the kernel.
 """
-from dataclasses import dataclass
-from typing import List, Optional, Sequence
-
 import torch
 
+from . import _core
 from . import torch_ops
+from .xformers_bias import *  # noqa: F401,F403
+from .xformers_bias import AttentionBias, __all__ as _BIAS_NAMES
 
-__all__ = [
-    "memory_efficient_attention", "AttentionBias", "LowerTriangularMask",
-    "LowerTriangularFromBottomRightMask", "LowerTriangularMaskWithTensorBias",
-    "LocalAttentionFromBottomRightMask", "BlockDiagonalMask", "BlockDiagonalCausalMask",
-    "BlockDiagonalCausalFromBottomRightMask", "BlockDiagonalCausalLocalAttentionMask",
-    "SeqLenInfo",
+__all__ = list(_BIAS_NAMES) + [
+    "memory_efficient_attention", "memory_efficient_attention_forward",
+    "memory_efficient_attention_forward_requires_grad", "memory_efficient_attention_backward",
+    "memory_efficient_attention_partial", "merge_attentions",
 ]
 
-
-# ---- attention biases ------------------------------------------------------------------
-
-class AttentionBias:
-    """Base class of the structured biases (never materialised by sdpa)."""
-
-    # how the bias maps onto sdpa: causal / align / window / tensor bias
-    _causal = False
-    _align = "top-left"
-    _window = (-1, -1)
-
-    def _tensor(self):
-        return None
-
-    def materialize(self, shape, dtype=torch.float32, device="cpu"):
-        """The dense additive bias of shape [..., M, N] (0 or -inf), for testing."""
-        m, n = shape[-2], shape[-1]
-        i = torch.arange(m, device=device)[:, None]
-        j = torch.arange(n, device=device)[None, :]
-        off = (n - m) if self._align == "bottom-right" else 0
-        left, right = self._window
-        if self._causal:
-            right = 0
-        keep = torch.ones(m, n, dtype=torch.bool, device=device)
-        if left >= 0:
-            keep &= j >= i + off - left
-        if right >= 0:
-            keep &= j <= i + off + right
-        full = torch.zeros(m, n, dtype=dtype, device=device)
-        full = full.masked_fill(~keep, float("-inf"))
-        t = self._tensor()
-        if t is not None:
-            full = full + t.to(dtype)
-        return full.expand(shape) if t is None else full.expand(shape).clone()
-
-
-class LowerTriangularMask(AttentionBias):
-    """Causal mask, top-left aligned: query i sees keys j <= i."""
-    _causal = True
-
-    def add_bias(self, bias):
-        return LowerTriangularMaskWithTensorBias(bias)
-
-
-class LowerTriangularFromBottomRightMask(AttentionBias):
-    """Causal mask, bottom-right aligned: query i sees keys j <= i + N - M."""
-    _causal = True
-    _align = "bottom-right"
-
-
-class LowerTriangularMaskWithTensorBias(LowerTriangularMask):
-    """LowerTriangularMask plus an additive tensor bias (broadcastable to [B, H, M, N])."""
-
-    def __init__(self, bias):
-        self._bias = bias
-
-    def _tensor(self):
-        return self._bias
-
-
-@dataclass
-class LocalAttentionFromBottomRightMask(AttentionBias):
-    """Window attention: query i sees keys i + N - M - window_left ..
-    i + N - M + window_right."""
-    window_left: int
-    window_right: int
-
-    @property
-    def _window(self):
-        return (self.window_left, self.window_right)
-
-    _align = "bottom-right"
-
-
-@dataclass
-class SeqLenInfo:
-    seqstart_py: List[int]
-    max_seqlen: int
-    seqstart: torch.Tensor
-
-    @classmethod
-    def from_seqlens(cls, seqlens: Sequence[int]):
-        starts = [0]
-        for n in seqlens:
-            starts.append(starts[-1] + int(n))
-        return cls(seqstart_py=starts, max_seqlen=max([int(n) for n in seqlens] or [0]),
-                   seqstart=torch.tensor(starts, dtype=torch.int32))
-
-    def split(self, x, batch_sizes=None):
-        return [x[:, self.seqstart_py[i]:self.seqstart_py[i + 1]]
-                for i in range(len(self.seqstart_py) - 1)]
-
-
-@dataclass
-class BlockDiagonalMask(AttentionBias):
-    """Sequences of different lengths concatenated along M (batch 1): query block
-    b attends to key block b only. Maps to sdpa's varlen layout (cu_seqlens)."""
-    q_seqinfo: SeqLenInfo
-    k_seqinfo: SeqLenInfo
-    _batch_sizes: Optional[Sequence[int]] = None
-
-    @classmethod
-    def from_seqlens(cls, q_seqlen: Sequence[int], kv_seqlen: Optional[Sequence[int]] = None):
-        q_info = SeqLenInfo.from_seqlens(q_seqlen)
-        k_info = q_info if kv_seqlen is None else SeqLenInfo.from_seqlens(kv_seqlen)
-        if len(q_info.seqstart_py) != len(k_info.seqstart_py):
-            raise ValueError("q_seqlen and kv_seqlen must have the same number of sequences")
-        return cls(q_seqinfo=q_info, k_seqinfo=k_info)
-
-    def _derive(self, kind, **extra):
-        return kind(q_seqinfo=self.q_seqinfo, k_seqinfo=self.k_seqinfo, **extra)
-
-    def make_causal(self):
-        return self._derive(BlockDiagonalCausalMask)
-
-    def make_causal_from_bottomright(self):
-        return self._derive(BlockDiagonalCausalFromBottomRightMask)
-
-    def make_local_attention(self, window_size: int):
-        return BlockDiagonalCausalLocalAttentionMask(q_seqinfo=self.q_seqinfo,
-                                                     k_seqinfo=self.k_seqinfo,
-                                                     _window_size=window_size)
-
-    def split(self, x):
-        return self.q_seqinfo.split(x)
-
-    def split_queries(self, x):
-        return self.q_seqinfo.split(x)
-
-    def split_kv(self, x):
-        return self.k_seqinfo.split(x)
-
-    def materialize(self, shape, dtype=torch.float32, device="cpu"):
-        full = torch.full(shape[-2:], float("-inf"), dtype=dtype, device=device)
-        qs, ks = self.q_seqinfo.seqstart_py, self.k_seqinfo.seqstart_py
-        for b in range(len(qs) - 1):
-            m, n = qs[b + 1] - qs[b], ks[b + 1] - ks[b]
-            blk = AttentionBias.materialize(self, (m, n), dtype, device)
-            full[qs[b]:qs[b + 1], ks[b]:ks[b + 1]] = blk
-        return full.expand(shape)
-
-
-@dataclass
-class BlockDiagonalCausalMask(BlockDiagonalMask):
-    """Block diagonal, causal top-left inside each block."""
-    _causal = True
-
-
-@dataclass
-class BlockDiagonalCausalFromBottomRightMask(BlockDiagonalMask):
-    """Block diagonal, causal bottom-right inside each block."""
-    _causal = True
-    _align = "bottom-right"
-
-
-@dataclass
-class BlockDiagonalCausalLocalAttentionMask(BlockDiagonalMask):
-    """Block diagonal, causal top-left with a window of _window_size keys
-    (query i sees keys i - _window_size + 1 .. i)."""
-    _window_size: int = 0
-    _causal = True
-
-    @property
-    def _window(self):
-        return (self._window_size - 1, 0)
-
-
-# ---- the op ----------------------------------------------------------------------------
 
 def _seed(p):
     if not p:
@@ -210,55 +38,226 @@ def _seed(p):
     return int(torch.randint(0, 1 << 62, (1,), dtype=torch.int64).item())
 
 
-def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *,
-                               op=None, output_dtype=None):
-    """query [B, M, H, K], key [B, N, H_k, K], value [B, N, H_k, Kv] -> [B, M, H, Kv].
-    op is accepted and ignored (sdpa picks its own kernel)."""
-    if output_dtype is not None and output_dtype != query.dtype:
-        raise NotImplementedError("sdpa: output_dtype other than the input dtype")
-    ndim = query.ndim
-    shape5 = tuple(query.shape)
-    if ndim == 3:  # [B, M, K]: one head
-        query, key, value = query[:, :, None], key[:, :, None], value[:, :, None]
-    elif ndim == 5:  # [B, M, G, H, K]: k/v expanded over H -> h_k = G
-        B, M, G, H, K = query.shape
-        query = query.reshape(B, M, G * H, K)
-        key = key[:, :, :, 0]
-        value = value[:, :, :, 0]
-    elif ndim != 4:
-        raise ValueError("query: rank %d; expected [B, M, H, K] (or [B, M, K], [B, M, G, H, K])"
-                         % ndim)
+# ---- layouts -------------------------------------------------------------------------------
 
+def _check_bmghk_strides(x, name):
+    """G and H fold into one head dimension only where H's rows follow each
+    other inside a group (xformers' rule); otherwise xformers raises."""
+    g, h = x.shape[2], x.shape[3]
+    if g == 1 or h == 1 or x.stride(3) == 0:
+        return
+    if x.stride(2) != x.stride(3) * h:
+        raise ValueError("%s: strides %s with shape %s: the G and H dimensions of a "
+                         "[B, M, G, H, K] input must be contiguous (stride(2) == stride(3) * H)"
+                         % (name, tuple(x.stride()), list(x.shape)))
+
+
+def _fold_bmghk(query, key, value, share=True):
+    """[B, M, G, H, K] inputs as [B, M, heads, K]. k / v expanded over H (stride 0)
+    are G kv heads shared by the H query heads of their group (GQA; share=False
+    keeps G * H heads, for per-element gradients); k / v with real per-head rows
+    are G * H heads. Anything else raises."""
+    if key.ndim != 5 or value.ndim != 5:
+        raise ValueError("query is [B, M, G, H, K] (rank 5) but key has rank %d and value rank "
+                         "%d: expected rank 5 for all three" % (key.ndim, value.ndim))
+    B, M, G, H, K = query.shape
+    for x, name in ((key, "key"), (value, "value")):
+        if tuple(x.shape[:4]) != (B, x.shape[1], G, H) or x.shape[1] != key.shape[1]:
+            raise ValueError("Incompatible shapes for attention inputs: query %s, key %s, "
+                             "value %s: expected key / value [B, N, G, H, K] with B, G, H of "
+                             "query" % (list(query.shape), list(key.shape), list(value.shape)))
+    for x, name in ((query, "query"), (key, "key"), (value, "value")):
+        _check_bmghk_strides(x, name)
+    if share and H > 1 and key.stride(3) == 0 and value.stride(3) == 0:
+        key, value = key[:, :, :, 0], value[:, :, :, 0]
+    else:
+        key = key.reshape(B, key.shape[1], G * H, key.shape[-1])
+        value = value.reshape(B, value.shape[1], G * H, value.shape[-1])
+    return query.reshape(B, M, G * H, K), key, value
+
+
+def _bias_to_bhmn(bias, ndim):
+    """A tensor bias in the layout of ndim-D inputs as [B|1, H|1, M, N]."""
+    if bias is None:
+        return None
+    if ndim == 3 and bias.ndim == 3:  # [B, M, N] of one-head inputs
+        return bias[:, None]
+    if ndim == 5 and bias.ndim == 5:  # [B, G, H, M, N]
+        return bias.flatten(1, 2)
+    return bias
+
+
+def _to_bmhk(query, key, value, share=True):
+    """query / key / value as [B, M, heads, K] views (or folded copies)."""
+    if query.ndim == 3:
+        return query[:, :, None], key[:, :, None], value[:, :, None]
+    if query.ndim == 5:
+        return _fold_bmghk(query, key, value, share)
+    if query.ndim != 4:
+        raise ValueError("query: rank %d; expected [B, M, H, K] (or [B, M, K], [B, M, G, H, K])"
+                         % query.ndim)
+    return query, key, value
+
+
+def _from_bmhk(x, like):
+    """x [B, M, heads, K] back in the layout of `like` (3-, 4- or 5-D)."""
+    if like.ndim == 3:
+        return x[:, :, 0]
+    if like.ndim == 5:
+        return x.reshape(*like.shape[:4], x.shape[-1])
+    return x
+
+
+def _lse_to_xformers(lse, query, varlen):
+    """sdpa's lse ([B, heads, M]; varlen [heads, total]) in xformers' layout."""
+    if varlen:  # [heads, total] -> [1, heads, total] ([1, G, H, total] for 5-D)
+        return lse.reshape(1, *query.shape[2:4], lse.shape[-1]) if query.ndim == 5 else lse[None]
+    if query.ndim == 5:
+        B, M, G, H, _ = query.shape
+        return lse.reshape(B, G, H, lse.shape[-1])
+    if query.ndim == 3:
+        return lse[:, 0]
+    return lse
+
+
+def _lse_from_xformers(lse, query, varlen):
+    if varlen:
+        return lse.reshape(-1, lse.shape[-1])
+    if query.ndim == 5:
+        return lse.flatten(1, 2)
+    if query.ndim == 3:
+        return lse[:, None]
+    return lse
+
+
+def _sdpa_call(query, key, value, attn_bias, p, scale):
+    """(q, k, v, keywords, varlen) of one sdpa call for xformers' arguments."""
+    ndim = query.ndim
+    q, k, v = _to_bmhk(query, key, value)
     kw = dict(scale=scale, dropout_p=p, seed=_seed(p))
-    bias = attn_bias
+    varlen = False
     if attn_bias is None:
         pass
     elif isinstance(attn_bias, torch.Tensor):
-        kw["bias"] = attn_bias
+        kw["bias"] = _bias_to_bhmn(attn_bias, ndim)
     elif isinstance(attn_bias, AttentionBias):
-        kw.update(causal=attn_bias._causal, align=attn_bias._align, window=attn_bias._window,
-                  bias=attn_bias._tensor())
-        if isinstance(attn_bias, BlockDiagonalMask):
-            if query.shape[0] != 1:
-                raise ValueError("BlockDiagonalMask: expected inputs of batch 1 (sequences "
-                                 "concatenated along M), got batch %d" % query.shape[0])
-            dev = query.device
-            kw.update(cu_seqlens_q=attn_bias.q_seqinfo.seqstart.to(dev),
-                      cu_seqlens_k=attn_bias.k_seqinfo.seqstart.to(dev),
-                      max_seqlen_q=attn_bias.q_seqinfo.max_seqlen,
-                      max_seqlen_k=attn_bias.k_seqinfo.max_seqlen)
-            out = torch_ops.attention(query[0], key[0], value[0], **kw)[None]
-            return _unshape(out, ndim, shape5)
+        kw.update(attn_bias._sdpa_args(q.device))
+        kw["bias"] = _bias_to_bhmn(kw["bias"], ndim)
+        if "cu_seqlens_q" in kw:  # the block-diagonal biases: sdpa's varlen layout
+            if q.shape[0] != 1:
+                raise ValueError("%s: expected inputs of batch 1 (sequences concatenated along "
+                                 "M), got batch %d" % (type(attn_bias).__name__, q.shape[0]))
+            q, k, v = q[0], k[0], v[0]
+            if "block_table" in kw:  # paged keys: [pages * page_size, ...] as pages
+                ps = attn_bias.page_size
+                k = k.reshape(-1, ps, *k.shape[1:])
+                v = v.reshape(-1, ps, *v.shape[1:])
+            varlen = True
     else:
-        raise NotImplementedError("sdpa: attn_bias of type %s" % type(bias).__name__)
-    out = torch_ops.attention(query, key, value, **kw)
-    return _unshape(out, ndim, shape5)
+        raise NotImplementedError("sdpa: attn_bias of type %s" % type(attn_bias).__name__)
+    return q, k, v, kw, varlen
 
 
-def _unshape(out, ndim, shape5):
-    if ndim == 3:
-        return out[:, :, 0]
-    if ndim == 5:
-        B, M, G, H, _ = shape5
-        return out.reshape(B, M, G, H, out.shape[-1])
-    return out
+def _attention(q, k, v, return_lse, kw):
+    """The sdpa call: differentiable, except paged keys (forward only, as in xformers)."""
+    if "block_table" in kw:
+        with torch.no_grad():
+            return _core.forward(q, k, v, return_lse=return_lse, **kw)
+    return torch_ops.attention(q, k, v, return_lse=return_lse, **kw)
+
+
+def _check_output_dtype(query, output_dtype):
+    if output_dtype is not None and output_dtype != query.dtype:
+        raise NotImplementedError("sdpa: output_dtype = %s with %s inputs: the output has the "
+                                  "inputs' dtype" % (output_dtype, query.dtype))
+
+
+# ---- the functions -------------------------------------------------------------------------
+
+def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=None, *,
+                               op=None, output_dtype=None):
+    """Attention of query [B, M, H, K] over key / value [B, N, H_k, K(v)] -> [B, M, H, Kv]
+    (differentiable; see the module docstring for the other layouts)."""
+    _check_output_dtype(query, output_dtype)
+    q, k, v, kw, varlen = _sdpa_call(query, key, value, attn_bias, p, scale)
+    out = _attention(q, k, v, False, kw)
+    return _from_bmhk(out[None] if varlen else out, query)
+
+
+def memory_efficient_attention_forward(query, key, value, attn_bias=None, p=0.0, scale=None, *,
+                                       op=None, output_dtype=None):
+    """The forward alone (no autograd graph is recorded)."""
+    with torch.no_grad():
+        return memory_efficient_attention(query, key, value, attn_bias, p, scale, op=op,
+                                          output_dtype=output_dtype)
+
+
+def memory_efficient_attention_forward_requires_grad(query, key, value, attn_bias=None, p=0.0,
+                                                     scale=None, *, op=None, output_dtype=None):
+    """(out, lse), with lse in xformers' layout, for memory_efficient_attention_backward."""
+    _check_output_dtype(query, output_dtype)
+    q, k, v, kw, varlen = _sdpa_call(query, key, value, attn_bias, p, scale)
+    out, lse = _attention(q, k, v, True, kw)
+    return _from_bmhk(out[None] if varlen else out, query), _lse_to_xformers(lse, query, varlen)
+
+
+def memory_efficient_attention_partial(query, key, value, attn_bias=None, p=0.0, scale=None, *,
+                                       op=None, output_dtype=None):
+    """(out, lse) of one part of the keys, for merge_attentions."""
+    return memory_efficient_attention_forward_requires_grad(
+        query, key, value, attn_bias, p, scale, op=op, output_dtype=output_dtype)
+
+
+def memory_efficient_attention_backward(grad, output, lse, query, key, value, attn_bias=None,
+                                        p=0.0, scale=None, *, op=None):
+    """(dq, dk, dv) from the forward's output and lse (no recomputation of the
+    forward). Dropout needs the forward's random state: use
+    memory_efficient_attention with autograd for p > 0, as in xformers."""
+    if p:
+        raise NotImplementedError("memory_efficient_attention_backward: dropout (p = %g) needs "
+                                  "the forward's random state; call memory_efficient_attention "
+                                  "and backpropagate through it instead" % p)
+    q, k, v = _to_bmhk(query, key, value, share=False)
+    _, _, _, kw, varlen = _sdpa_call(query, key, value, attn_bias, 0.0, scale)
+    kw.pop("dropout_p"), kw.pop("seed")
+    g, o = _to_bmhk(grad, grad, grad)[0], _to_bmhk(output, output, output)[0]
+    if varlen:
+        q, k, v, g, o = q[0], k[0], v[0], g[0], o[0]
+    l = _lse_from_xformers(lse, query, varlen).contiguous()
+    if l.shape[-1] != q.shape[-3]:  # lse padded past M
+        l = l[..., :q.shape[-3]].contiguous()
+    g, o = g.contiguous(), o.contiguous()
+    dq, dk, dv = _core.backward(g, q, k, v, o, l, **kw)[:3]
+    if varlen:
+        dq, dk, dv = dq[None], dk[None], dv[None]
+    return _from_bmhk(dq, query), _from_bmhk(dk, key), _from_bmhk(dv, value)
+
+
+def merge_attentions(attn_split, lse_split, write_lse=True, output_dtype=None):
+    """Exact merge of attention over parts of the keys (sdpa.merge_states).
+
+    attn_split: [parts, B, M, (G,) H, K] or a list of [B, M, (G,) H, K];
+    lse_split: [parts, B, (G,) H, M] or a list of [B, (G,) H, M].
+    Returns (out [B, M, (G,) H, K], lse [B, (G,) H, M] or None)."""
+    if isinstance(attn_split, (list, tuple)):
+        attn_split = torch.stack(list(attn_split))
+    if isinstance(lse_split, (list, tuple)):
+        lse_split = torch.stack(list(lse_split))
+    if attn_split.ndim not in (5, 6) or lse_split.ndim != attn_split.ndim - 1:
+        raise ValueError("merge_attentions: attn_split %s and lse_split %s: expected [parts, B, "
+                         "M, (G,) H, K] and [parts, B, (G,) H, M]"
+                         % (list(attn_split.shape), list(lse_split.shape)))
+    n, B, M = attn_split.shape[:3]
+    heads = attn_split.shape[3:-1]
+    K = attn_split.shape[-1]
+    nh = 1
+    for x in heads:
+        nh *= x
+    parts = attn_split.reshape(n, B * M, nh, K)
+    lse_parts = lse_split[..., :M].movedim(-1, 2).reshape(n, B * M, nh).float()
+    out_dtype = output_dtype or attn_split.dtype
+    out, lse = _core.merge_states(parts, lse_parts, out_dtype=str(out_dtype).split(".")[-1])
+    out = out.reshape(B, M, *heads, K)
+    if not write_lse:
+        return out, None
+    return out, lse.reshape(B, M, *heads).movedim(1, -1)

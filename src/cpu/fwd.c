@@ -116,7 +116,7 @@ static void load_q(const sdpa_problem *p, int64_t b, int64_t hh, int64_t i0, int
     sdpa_cpu_load_row(elem_ptr(p->q, p->dtype, sdpa_q_offset(p, p->q_st, b, i, hh)), p->dtype,
                       p->d, q + r * p->d);
     if (p->layout == SDPA_LAYOUT_CACHE && p->rotary_dim > 0)
-      sdpa_cpu_rotary_row(p, q + r * p->d, (int64_t)p->cache_seqlens[b] + i);
+      sdpa_cpu_rotary_row(p, q + r * p->d, sdpa_rotary_q_pos(p, b, i));
   }
 }
 

@@ -137,7 +137,7 @@ typedef struct dec_kv_off {
 } dec_kv_off;
 
 __device__ __forceinline__ dec_kv_off kv_tile_offsets(const sdpa_problem *p, int b, int hk, int j0) {
-  const sdpa_kv_pos pos = sdpa_kv_locate(p, b, j0);
+  const sdpa_kv_pos pos = sdpa_kv_locate(p, b, j0 + sdpa_cache_start(p, b));
   dec_kv_off o;
   o.k = sdpa_kv_at(p->k_st, pos, hk);
   o.v = sdpa_kv_at(p->v_st, pos, hk);
@@ -218,7 +218,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
 }
 
 /* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
- * at cache_seqlens[b] + i for the cache layout; zeros past the rows or the
+ * at sdpa_rotary_q_pos for the cache layout; zeros past the rows or the
  * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
  * one vector load, so a thread's chunks are all in flight at once (until
  * 2026-11-21 a thread loaded its 16 elements one after the other, each
@@ -234,7 +234,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
   const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
   const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
   if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
-  const int64_t pos = p->rotary_dim > 0 ? (int64_t)p->cache_seqlens[b] + i : 0;
+  const int64_t pos = p->rotary_dim > 0 ? sdpa_rotary_q_pos(p, b, i) : 0;
   float x[8];
 #pragma unroll
   for (int u = 0; u < 8; ++u)

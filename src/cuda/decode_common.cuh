@@ -20,6 +20,7 @@
 #include "../backend.h"
 #include "../problem.h"
 #include "../registry.h"
+#include "kv_append.h"
 #include "ptx_mma.cuh"
 
 /* Keys per warp tile: one k16 step of P V. Every tile starts at a multiple
@@ -101,31 +102,52 @@ __device__ __forceinline__ void sdpa_store_f(void *base, sdpa_dtype t, int64_t i
     ((uint16_t *)base)[idx] = t == SDPA_DTYPE_BF16 ? cvt_bf16(x) : cvt_f16(x);
 }
 
-/* Element e of a 16-bit row after rotary at position pos (sdpa.h: pairs
- * (2k, 2k+1) interleaved, (k, k + rd/2) half-split); e >= rotary_dim is
- * returned as is. Products and sums are rounded separately (no FMA
- * contraction), in the CPU backend's order, so the appended cache is bit for
- * bit the CPU backend's. */
+/* Rotary pairs (sdpa.h: (2k, 2k+1) interleaved, (k, k + rd/2) half-split):
+ * element e < rotary_dim pairs with *partner, uses column *k of the tables
+ * and is the pair's first (x c - y s) or second (y s + x c). */
+__device__ __forceinline__ void sdpa_rotary_pair(const sdpa_problem *p, int e, int *k,
+                                                 int *partner, int *first) {
+  if (p->rotary_interleaved) {
+    *k = e >> 1;
+    *partner = e ^ 1;
+    *first = !(e & 1);
+  } else {
+    const int half = (int)(p->rotary_dim / 2);
+    *first = e < half;
+    *k = *first ? e : e - half;
+    *partner = *first ? e + half : e - half;
+  }
+}
+
+/* Products and sums rounded separately (no FMA contraction), in the CPU
+ * backend's order, so that rotated values are bit for bit the CPU's. */
+__device__ __forceinline__ float sdpa_rotary_mix(const sdpa_problem *p, float x, float y, int k,
+                                                 int first, int64_t pos) {
+  const float c = p->rot_cos[pos * p->rot_stride + k];
+  const float s = p->rot_sin[pos * p->rot_stride + k];
+  return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
+               : __fadd_rn(__fmul_rn(y, s), __fmul_rn(x, c));
+}
+
+/* Element e of a 16-bit row after rotary at position pos; e >= rotary_dim is
+ * returned as is. */
 __device__ __forceinline__ float sdpa_rotary_elem(const sdpa_problem *p, const uint16_t *row,
                                                   int e, int64_t pos, int is_bf16) {
   const float x = sdpa_h2f(row[e], is_bf16);
   if (e >= p->rotary_dim) return x;
-  const int half = (int)(p->rotary_dim / 2);
   int k, partner, first;
-  if (p->rotary_interleaved) {
-    k = e >> 1;
-    partner = e ^ 1;
-    first = !(e & 1);
-  } else {
-    first = e < half;
-    k = first ? e : e - half;
-    partner = first ? e + half : e - half;
-  }
-  const float c = p->rot_cos[pos * p->rot_stride + k];
-  const float s = p->rot_sin[pos * p->rot_stride + k];
-  const float y = sdpa_h2f(row[partner], is_bf16);
-  return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
-               : __fadd_rn(__fmul_rn(y, s), __fmul_rn(x, c));
+  sdpa_rotary_pair(p, e, &k, &partner, &first);
+  return sdpa_rotary_mix(p, x, sdpa_h2f(row[partner], is_bf16), k, first, pos);
+}
+
+/* The same for a row of any storage dtype (f32 too). */
+__device__ __forceinline__ float sdpa_rotary_elem_any(const sdpa_problem *p, const void *row,
+                                                      int e, int64_t pos) {
+  const float x = sdpa_load_f(row, p->dtype, e);
+  if (e >= p->rotary_dim) return x;
+  int k, partner, first;
+  sdpa_rotary_pair(p, e, &k, &partner, &first);
+  return sdpa_rotary_mix(p, x, sdpa_load_f(row, p->dtype, partner), k, first, pos);
 }
 
 /* ---- the exact merge -------------------------------------------------------------- */
@@ -212,8 +234,6 @@ typedef sdpa_status (*sdpa_decode_launch_fn)(const sdpa_decode_params *prm, unsi
                                              cudaStream_t stream);
 
 extern "C" {
-/* kv_append.cu: k_new / v_new into the cache (rotary on k), on p->stream */
-sdpa_status sdpa_cuda_kv_append(const sdpa_problem *p);
 /* decode_plan.cu */
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
 /* whether a d 128 row (sh: its shape) hands the problem to its wide twin */

@@ -67,8 +67,7 @@
    SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
 
 /* What the SIMT rows support (added by "simt": src/cuda/simt_*.cu). */
-#define SDPA_SIMT_FWD_FEATURES                                                           \
-  (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_APPEND | SDPA_FEAT_ROTARY | SDPA_FEAT_SPLITKV))
+#define SDPA_SIMT_FWD_FEATURES (SDPA_FEAT_ALL & ~(unsigned)SDPA_FEAT_SPLITKV)
 #define SDPA_SIMT_BWD_FEATURES                                                           \
   (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND |    \
                                SDPA_FEAT_ROTARY | SDPA_FEAT_PROBS | SDPA_FEAT_SPLITKV))

@@ -3,9 +3,9 @@
  * CUDA (geometry and score pipeline: simt_common.cuh). f32 / f16 / bf16
  * storage with fp32 math (expf, not __expf: fp32-class accuracy for f32), any
  * d and d_v, any strides and alignment, dense, varlen (+ seqused_k) and KV
- * cache (contiguous with cache_batch_idx, or paged; read only: append, rotary
- * and forced split-KV are another kernel's), every score modifier, dropout,
- * probs, lse, GQA.
+ * cache (contiguous with cache_batch_idx or leftpad, or paged; the append and
+ * q's rotary run first, kv_append.cu), paged varlen, every score modifier,
+ * dropout, probs, lse, GQA; not forced split-KV.
  *
  * One block per (batch, head, 16 query rows, 128 output columns), walked with
  * a block-stride loop over a 1-D grid (no grid-dimension limits): the block
@@ -23,6 +23,7 @@
 
 #include "../error.h"
 #include "../registry.h"
+#include "kv_append.h"
 #include "simt_common.cuh"
 
 /* ---- probs (testing aid, dense only) -------------------------------------------- */
@@ -162,18 +163,13 @@ __global__ void __launch_bounds__(SIMT_THREADS)
 
 /* ---- host side -------------------------------------------------------------------- */
 
+/* rotary: q rotated into the workspace (the kernel reads q as stored) */
 extern "C" size_t fwd_simt_workspace(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  (void)p;
   (void)row;
-  return 0;
+  return sdpa_cuda_rotated_q_bytes(p);
 }
 
-extern "C" sdpa_status fwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  (void)row;
-  if (p->s_new > 0 || p->rotary_dim > 0 || p->num_splits > 1)
-    return sdpa_fail(SDPA_ERR_INTERNAL,
-                     "fwd_simt: dispatched a problem with append / rotary / forced split-KV, "
-                     "which its registry row does not list");
+static sdpa_status simt_fwd_launch(const sdpa_problem *p) {
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   const int64_t nqb = (p->s_q + SIMT_BM - 1) / SIMT_BM;
   const int64_t ncb = (p->d_v + SIMT_CW - 1) / SIMT_CW;
@@ -184,4 +180,34 @@ extern "C" sdpa_status fwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "fwd_simt: kernel launch failed: %s", cudaGetErrorString(e));
   return SDPA_OK;
+}
+
+/* A cache problem's append first; with rotary, the kernel reads q rotated
+ * into the workspace ([b, s_q, h, d]). */
+extern "C" sdpa_status fwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  (void)row;
+  if (p->num_splits > 1)
+    return sdpa_fail(SDPA_ERR_INTERNAL, "fwd_simt: dispatched a problem with forced split-KV, "
+                     "which its registry row does not list");
+  const size_t qbytes = sdpa_cuda_rotated_q_bytes(p);
+  if (qbytes == 0) {
+    SDPA_TRY(sdpa_cuda_kv_append(p));
+    return simt_fwd_launch(p);
+  }
+  /* the workspace first: a refused call leaves the cache as it was */
+  void *ws = NULL;
+  int owned = 0;
+  SDPA_TRY(sdpa_cuda_ws_acquire(p, qbytes, 16, "fwd_simt", "sdpa_fwd_workspace_size", &ws,
+                                &owned));
+  sdpa_status st = sdpa_cuda_kv_append(p);
+  if (st == SDPA_OK) st = sdpa_cuda_rotate_q(p, ws);
+  if (st == SDPA_OK) {
+    sdpa_problem r = *p;
+    r.q = ws;
+    r.q_st.sh = p->d;
+    r.q_st.ss = p->h * p->d;
+    r.q_st.sb = p->s_q * r.q_st.ss;
+    st = simt_fwd_launch(&r);
+  }
+  return sdpa_cuda_ws_release(p, ws, owned, st, "fwd_simt");
 }

@@ -232,6 +232,9 @@ int main(int argc, char **argv) {
         c.softcap = di == 3 ? 4.f : 0.f;
         run_case(&c, di == 1 || di == 5 ? 1 : 0); /* deterministic: d 64 and d 256 (dQ kernel) */
       }
+    bcase c = bwd_case("small_empty_queries", BF16, 2, 4, 2, 0, 70, 64);
+    run_case(&c, 0);
+    c = bwd_case("small_empty_keys", F16, 2, 4, 2, 50, 0, 128), run_case(&c, 0);
     return test_summary();
   }
 
@@ -304,6 +307,10 @@ int main(int argc, char **argv) {
   c.sm90 = 1, run_case(&c, 5);
   c = bwd_case("sm90_d128_det_walk_causal", F16, 1, 2, 2, 100, 2200, 128), c.causal = 1,
   c.sm90 = 1, run_case(&c, 5);
+  /* empty problems: the side with rows gets zero gradients over poison */
+  c = bwd_case("empty_queries", BF16, 2, 4, 2, 0, 70, 64), run_case(&c, 0);
+  c = bwd_case("empty_keys_causal", F16, 2, 4, 2, 50, 0, 128), c.causal = 1, run_case(&c, 0);
+  c = bwd_case("empty_batch", BF16, 0, 2, 2, 9, 9, 64), run_case(&c, 0);
   c = bwd_case("graph", BF16, 2, 4, 2, 200, 333, 128), c.causal = 1, run_graph(&c);
   run_refusal();
   return test_summary();

@@ -93,6 +93,7 @@ typedef struct dcase {
   int padded;       /* rows of d elements padded to a multiple of 8 (poisoned padding) */
   int splits;       /* num_splits asked */
   int sweep;        /* also every forced split count 1..64 against splits = 1 */
+  int leftpad;      /* contiguous: cache_leftpad in [0, cache_seqlens[b]], rows before it NaN */
 } dcase;
 
 static dcase dbase(const char *name, sdpa_dtype dt, int64_t b, int64_t h, int64_t h_k,
@@ -137,7 +138,8 @@ static void check_padding(const char *what, const dcase *c, const sdpa_tensor *t
               (long long)written, (long long)d);
 }
 
-enum { T_Q, T_KC, T_VC, T_KN, T_VN, T_OUT, T_LSE, T_SL, T_BT, T_BIDX, T_COS, T_SIN, T_ALIBI, T_N };
+enum { T_Q, T_KC, T_VC, T_KN, T_VN, T_OUT, T_LSE, T_SL, T_BT, T_BIDX, T_COS, T_SIN, T_ALIBI, T_LPAD,
+       T_N };
 
 typedef struct dbufs {
   sdpa_tensor h[T_N], d[T_N];
@@ -161,18 +163,20 @@ static int32_t *perm_of(int64_t n) {
 }
 
 /* Every cache row at or past its sequence's length (before the append,
- * which writes over the first s_new of them) NaN in K and V, so a kernel
- * that reads one and weighs it by a zero probability returns NaN instead of
- * passing: 0 * NaN is NaN. */
+ * which writes over the first s_new of them), and before its cache_leftpad,
+ * NaN in K and V, so a kernel that reads one and weighs it by a zero
+ * probability returns NaN instead of passing: 0 * NaN is NaN. */
 static void poison_past_ends(const dcase *c, dbufs *f) {
   const int32_t *sl32 = (const int32_t *)f->h[T_SL].data;
+  const int32_t *lp = c->leftpad ? (const int32_t *)f->h[T_LPAD].data : NULL;
   const int32_t *bt = c->page > 0 ? (const int32_t *)f->h[T_BT].data : NULL;
   const int32_t *bidx = c->batch_idx ? (const int32_t *)f->h[T_BIDX].data : NULL;
   const int64_t maxb = c->page > 0 ? (c->s_cache + c->page - 1) / c->page : 0;
   const int64_t rows = c->page > 0 ? maxb * c->page : c->s_cache;
   const int64_t rows_per = c->page > 0 ? c->page : c->s_cache; /* rows of one outer index */
   for (int64_t b = 0; b < c->b; ++b)
-    for (int64_t j = sl32[b]; j < rows; ++j) {
+    for (int64_t j = 0; j < rows; ++j) {
+      if (j < sl32[b] && !(lp && j < lp[b])) continue;
       const int64_t outer = bt ? bt[b * maxb + j / c->page] : bidx ? bidx[b] : b;
       const int64_t row = bt ? j % c->page : j;
       for (int64_t e = 0; e < c->h_k * c->d; ++e) {
@@ -235,6 +239,12 @@ static void build(const dcase *c, dbufs *f) {
       }
     }
     f->host.cache_seqlens = f->h[T_SL];
+    if (c->leftpad) {
+      f->h[T_LPAD] = test_alloc(SDPA_DTYPE_I32, 1, sb);
+      for (int64_t b = 0; b < c->b; ++b)
+        ((int32_t *)f->h[T_LPAD].data)[b] = (int32_t)test_rng_int(&rng, 0, sl32[b]);
+      f->host.cache_leftpad = f->h[T_LPAD];
+    }
   }
   test_fill_normal(&f->h[T_KC], &rng, 1.0);
   test_fill_normal(&f->h[T_VC], &rng, 1.0);
@@ -288,6 +298,7 @@ static void build(const dcase *c, dbufs *f) {
   if (!c->dense) f->dev.cache_seqlens = f->d[T_SL];
   if (c->page) f->dev.block_table = f->d[T_BT];
   if (c->batch_idx) f->dev.cache_batch_idx = f->d[T_BIDX];
+  if (c->leftpad) f->dev.cache_leftpad = f->d[T_LPAD];
   if (c->s_new) {
     f->dev.k_new = f->d[T_KN];
     f->dev.v_new = f->d[T_VN];
@@ -667,6 +678,23 @@ int main(int argc, char **argv) {
     c = dbase("small short contiguous caches", SDPA_DTYPE_BF16, 5, 8, 2, 1, 1, 128, 70);
     c.zero_seqlen = 1;
     run_case(&c);
+    c = dbase("small leftpad append rotary", SDPA_DTYPE_F16, 2, 4, 2, 2, 2, 64, 150);
+    c.leftpad = 1;
+    c.rotary = 2;
+    c.rotary_dim = 32;
+    run_case(&c);
+    /* rows that are not 16-byte aligned / f32: the SIMT row, after kv_append.cu */
+    c = dbase("small d 59 append rotary (simt)", SDPA_DTYPE_BF16, 2, 4, 2, 3, 3, 59, 120);
+    c.leftpad = 1;
+    c.rotary = 1;
+    c.rotary_dim = 32;
+    c.causal = 1;
+    run_case(&c);
+    c = dbase("small f32 paged append rotary (simt)", SDPA_DTYPE_F32, 2, 4, 1, 2, 2, 64, 100);
+    c.page = 16;
+    c.rotary = 2;
+    c.rotary_dim = 64;
+    run_case(&c);
     return test_summary();
   }
 
@@ -760,6 +788,39 @@ int main(int argc, char **argv) {
     c.splits = k == 3 ? 2 : 0;
     run_case(&c);
   }
+  /* cache_leftpad (rows before it NaN): the decode rows, with a window, a
+   * forced split and the lean / wide twins' shapes */
+  for (int k = 0; k < 4; ++k) {
+    c = dbase("leftpad", dts[k % 2], 3, 8, 2, sqs[k], k % 2 ? sqs[k] : 0, k < 2 ? 128 : 64, 500);
+    c.leftpad = 1;
+    c.batch_idx = k == 1;
+    c.rotary = k % 2 ? 2 : 0;
+    c.rotary_dim = 64;
+    c.causal = k == 3;
+    c.wl = k == 2 ? 40 : -1;
+    c.splits = k == 0 ? 3 : 0;
+    c.zero_seqlen = 1;
+    run_case(&c);
+  }
+  /* head dims off 16-byte rows, and f32 caches, with append / rotary / leftpad:
+   * the SIMT row after kv_append.cu (q rotated into its workspace) */
+  const int64_t odd[3] = {59, 100, 161};
+  for (int k = 0; k < 3; ++k) {
+    c = dbase("unaligned rows append + rotary (simt)", dts[k % 2], 2, 6, 2, 1 + 3 * k, 2, odd[k], 300);
+    c.rotary = 1 + k % 2;
+    c.rotary_dim = 32;
+    c.leftpad = k != 1;
+    c.page = k == 1 ? 16 : 0;
+    c.causal = k == 2;
+    run_case(&c);
+    run_case_mode(&c, 2); /* captured, with the queried workspace */
+  }
+  c = dbase("f32 contiguous append + rotary (simt)", SDPA_DTYPE_F32, 2, 4, 2, 7, 7, 128, 200);
+  c.rotary = 2;
+  c.rotary_dim = 128;
+  c.leftpad = 1;
+  c.wl = 3;
+  run_case(&c);
   /* groups and kv heads that are not powers of two: the kernel divides its
    * block index and query rows by host-computed multipliers (sdpa_divmod),
    * which are plain shifts for powers of two */

@@ -465,6 +465,11 @@ int main(int argc, char **argv) {
       c.compare_cpu = 0;
       c.sm90 = 1, run_case(&c);
     }
+    /* empty problems: no keys (out 0, lse +inf over poison), no queries */
+    c = base_case("small no keys", SDPA_DTYPE_BF16, 2, 4, 2, 37, 0, 128);
+    run_case(&c);
+    c = base_case("small no queries", SDPA_DTYPE_F16, 2, 4, 2, 0, 37, 64);
+    run_case(&c);
     /* bias: the fast kernels' shared tile and the full kernels' global loads
      * (rows not 16-byte aligned, s_k % 8 != 0), -inf entries and rows */
     for (int k = 0; k < 2; ++k) {
@@ -501,6 +506,17 @@ int main(int argc, char **argv) {
   run_case(&c);
   c = base_case("long", SDPA_DTYPE_F16, 1, 2, 2, 515, 1100, 256);
   run_case(&c);
+
+  /* empty problems: no keys (out 0, lse +inf over poison), no queries, no batch */
+  for (int k = 0; k < 2; ++k) {
+    c = base_case("no keys", dts[k], 2, 4, 2, 37, 0, k ? 64 : 128);
+    c.causal = k;
+    run_case(&c);
+    c = base_case("no queries", dts[k], 2, 4, 2, 0, 37, 64);
+    run_case(&c);
+    c = base_case("no batch", dts[k], 0, 4, 2, 5, 7, 128);
+    run_case(&c);
+  }
 
   /* masks: causal both alignments; s_q > s_k bottom-right gives empty rows */
   for (int k = 0; k < 2; ++k) {

@@ -777,7 +777,7 @@ def test_flash_attn_front_end_cpu():
     o = FA.flash_attn_varlen_kvpacked_func(qv, kvv, cu, cu, max(lens), max(lens), causal=True)
     o2, lse2, S2 = FA.flash_attn_varlen_func(qv, kvv[:, 0], kvv[:, 1], cu, cu, 10, 10,
                                              causal=True, return_attn_probs=True)
-    assert torch.equal(o, o2) and lse2.shape == (h, 19) and S2 is None
+    assert torch.equal(o, o2) and lse2.shape == (h, 19) and S2.shape == (3, h, 10, 10)
     for i in range(3):
         sl = slice(int(cu[i]), int(cu[i + 1]))
         r, _ = TR.attention(qv[None, sl], kvv[None, sl, 0], kvv[None, sl, 1], causal=True)

@@ -124,14 +124,19 @@ static int64_t seq_q_len(const sdpa_problem *p, int64_t b) {
   return p->s_q;
 }
 
+/* The first cache row sequence b attends to (cache_leftpad). */
+static int64_t cache_first(const sdpa_problem *p, int64_t b) {
+  return p->cache_leftpad ? (int64_t)p->cache_leftpad[b] : 0;
+}
+
 /* Keys sequence b attends to: the cache holds cache_seqlens[b] and gets s_new
- * appended; seqused_k, when given, caps the count. */
+ * appended, from its first row on; seqused_k, when given, caps the count. */
 static int64_t seq_k_len(const sdpa_problem *p, int64_t b) {
   int64_t n;
   if (p->layout == SDPA_LAYOUT_VARLEN)
     n = (int64_t)p->cu_k[b + 1] - p->cu_k[b];
   else if (p->layout == SDPA_LAYOUT_CACHE)
-    n = (int64_t)p->cache_seqlens[b] + p->s_new;
+    n = (int64_t)p->cache_seqlens[b] + p->s_new - cache_first(p, b);
   else
     n = p->s_k;
   if (p->seqused_k && p->seqused_k[b] < n) n = p->seqused_k[b];
@@ -191,7 +196,8 @@ static void apply_rotary(const sdpa_problem *p, double *x, int64_t pos) {
 /* ---- gathering one sequence's rows into dense arrays ---------------------------- */
 
 /* Q [sq, d] of query head hh, sequence b. Cache problems rotate q at positions
- * cache_seqlens[b] + i; lowp rounds the rotated values (they are stored). */
+ * cache_seqlens[b] + i when causal or windowed, else all at cache_seqlens[b];
+ * lowp rounds the rotated values (they are stored). */
 static void gather_q(const sdpa_problem *p, int lowp, int64_t b, int64_t hh, int64_t sq,
                      double *Q) {
   for (int64_t i = 0; i < sq; ++i) {
@@ -199,7 +205,8 @@ static void gather_q(const sdpa_problem *p, int lowp, int64_t b, int64_t hh, int
     int64_t off = q_like_offset(p, p->q_st, b, i, hh);
     for (int64_t e = 0; e < p->d; ++e) row[e] = load_elem(p->q, p->dtype, off + e);
     if (p->layout == SDPA_LAYOUT_CACHE && p->rotary_dim > 0) {
-      apply_rotary(p, row, (int64_t)p->cache_seqlens[b] + i);
+      int masked = p->window_left >= 0 || p->window_right >= 0;
+      apply_rotary(p, row, (int64_t)p->cache_seqlens[b] + (masked ? i : 0));
       if (lowp)
         for (int64_t e = 0; e < p->rotary_dim; ++e) row[e] = round_to(p->dtype, row[e]);
     }
@@ -220,13 +227,17 @@ static int64_t cache_offset(const sdpa_problem *p, sdpa_bshd st, int64_t b, int6
 /* K [sk, d] and V [sk, d_v] of kv head hk, sequence b. */
 static void gather_kv(const sdpa_problem *p, int lowp, int64_t b, int64_t hk, int64_t sk,
                       double *K, double *V) {
-  for (int64_t j = 0; j < sk; ++j) {
-    double *krow = K + j * p->d, *vrow = V + j * p->d_v;
+  for (int64_t jj = 0; jj < sk; ++jj) {
+    double *krow = K + jj * p->d, *vrow = V + jj * p->d_v;
     const void *kbase = p->k, *vbase = p->v;
+    const int64_t j = jj + (p->layout == SDPA_LAYOUT_CACHE ? cache_first(p, b) : 0);
     int64_t koff, voff, rotate = 0;
     if (p->layout == SDPA_LAYOUT_DENSE) {
       koff = b * p->k_st.sb + j * p->k_st.ss + hk * p->k_st.sh;
       voff = b * p->v_st.sb + j * p->v_st.ss + hk * p->v_st.sh;
+    } else if (p->layout == SDPA_LAYOUT_VARLEN && p->page_size > 0) { /* paged varlen */
+      koff = cache_offset(p, p->k_st, b, j, hk);
+      voff = cache_offset(p, p->v_st, b, j, hk);
     } else if (p->layout == SDPA_LAYOUT_VARLEN) {
       koff = ((int64_t)p->cu_k[b] + j) * p->k_st.ss + hk * p->k_st.sh;
       voff = ((int64_t)p->cu_k[b] + j) * p->v_st.ss + hk * p->v_st.sh;

@@ -1,8 +1,12 @@
-"""xformers.ops.fmha shim."""
-from sdpa.xformers_ops import memory_efficient_attention  # noqa: F401
+"""xformers.ops.fmha shim: the attention functions and biases, from sdpa."""
+from sdpa.xformers_ops import (  # noqa: F401
+    memory_efficient_attention,
+    memory_efficient_attention_backward,
+    memory_efficient_attention_forward,
+    memory_efficient_attention_forward_requires_grad,
+    memory_efficient_attention_partial,
+    merge_attentions,
+)
 
 from . import attn_bias  # noqa: F401,E402
-from .attn_bias import (  # noqa: F401,E402
-    BlockDiagonalMask,
-    LowerTriangularMask,
-)
+from .attn_bias import AttentionBias, BlockDiagonalMask, LowerTriangularMask  # noqa: F401,E402
