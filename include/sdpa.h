@@ -199,8 +199,9 @@ typedef struct sdpa_fwd_desc {
    * - 1; the mask, alibi and dropout index those keys from 0.
    * block_table also serves the varlen layout (paged varlen, forward only):
    * with attn.cu_seqlens_q / _k and no cache_seqlens, k / v are paged
-   * [num_blocks, page_size, h_k, d] and sequence b's keys 0 .. cu_seqlens_k[b+1]
-   * - cu_seqlens_k[b] - 1 are read through block_table[b]. */
+   * [num_blocks, page_size, h_k, d] (any page size; 1 makes block_table a
+   * table of rows) and sequence b's keys 0 .. cu_seqlens_k[b+1] -
+   * cu_seqlens_k[b] - 1 are read through block_table[b]. */
   sdpa_tensor cache_seqlens;   /* int32 [b]: tokens already in the cache */
   sdpa_tensor block_table;     /* int32 [b, max_blocks], optional */
   sdpa_tensor cache_batch_idx; /* int32 [b], optional (contiguous cache only) */

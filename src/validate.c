@@ -462,10 +462,14 @@ static sdpa_status check_block_table(const sdpa_tensor *bt, const sdpa_attn *a, 
                       p->layout == SDPA_LAYOUT_VARLEN ? "attn.cu_seqlens_q.shape[0] - 1"
                                                       : "attn.q.shape[0]"));
   p->page_size = a->k.shape[1];
-  if (p->page_size < 16 || p->page_size % 16 != 0)
-    return sdpa_fail(INV, "attn.k.shape[1] = " D64 ": expected a page size that is a positive"
-                     " multiple of 16 (paged cache [num_blocks, page_size, h_k, d])",
-                     p->page_size);
+  /* the cache's decoding tiles never cross a page; paged varlen keys are read
+     row by row, so any page size (1: a table of rows) */
+  if (p->layout == SDPA_LAYOUT_VARLEN ? p->page_size < 1
+                                      : p->page_size < 16 || p->page_size % 16 != 0)
+    return sdpa_fail(INV, "attn.k.shape[1] = " D64 ": expected a page size that is %s"
+                     " (paged %s [num_blocks, page_size, h_k, d])", p->page_size,
+                     p->layout == SDPA_LAYOUT_VARLEN ? ">= 1" : "a positive multiple of 16",
+                     p->layout == SDPA_LAYOUT_VARLEN ? "varlen keys" : "cache");
   p->block_table = (const int32_t *)bt->data;
   p->bt_stride = bt->stride[0];
   p->max_blocks = bt->shape[1];

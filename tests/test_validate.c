@@ -822,6 +822,16 @@ static void test_cache(void) {
   d.attn.cu_seqlens_k = ivec(3, 0, 17, 20);
   d.attn.k = tns(DT, 3, L(64), L(HK), L(D));
   FWD_ERR(d, INV, "attn.k.rank = 3", "paged k");
+  /* pages of one row: block_table is a table of rows (any page size for varlen) */
+  d.attn.k = tns(DT, 4, L(64), L(1), L(HK), L(D));
+  d.attn.v = tns(DT, 4, L(64), L(1), L(HK), L(DV));
+  d.block_table = tns(SDPA_DTYPE_I32, 2, L(2), L(17));
+  for (int j = 0; j < 34; ++j) ((int32_t *)d.block_table.data)[j] = (j * 7) % 64;
+  TEST_EXPECT(sdpa_fwd(&d) == SDPA_OK, "paged varlen, pages of 1 row: %s", sdpa_last_error());
+  d = fwd_paged(); /* a cache's pages stay multiples of 16 (decoding tiles) */
+  d.attn.k = tns(DT, 4, L(8), L(8), L(HK), L(D));
+  d.attn.v = tns(DT, 4, L(8), L(8), L(HK), L(DV));
+  FWD_ERR(d, INV, "attn.k.shape[1] = 8", "multiple of 16");
 
   /* rotary */
   d = fwd_cache();

@@ -42,6 +42,15 @@ def _seed(dropout_p):
     return int(torch.randint(0, 1 << 62, (1,), dtype=torch.int64).item())
 
 
+def _unpack(x, name, dim, n, layout):
+    """The n tensors packed in dimension dim of x (views), after checking the
+    layout: a tensor packed otherwise raises instead of being read as heads."""
+    if x.dim() != len(layout.split(",")) or x.shape[dim] != n:
+        raise ValueError("%s: shape %s: expected [%s] with %d in dimension %d"
+                         % (name, list(x.shape), layout, n, dim))
+    return [x.select(dim, i) for i in range(n)]
+
+
 def _get_block_size_n(device, head_dim, is_dropout, is_causal):
     """The key-tile width of flash_attn 2.6's forward for this problem: the block
     over which S_dmask's running maximum is taken."""
@@ -91,8 +100,8 @@ def _s_dmask(probs, lse, head_dim, is_dropout, is_causal, cu_seqlens_q=None):
     block_max = scores.view(*scores.shape[:-1], nb, n).amax(-1)
     run_max = torch.cummax(block_max.flip(-1), dim=-1).values.flip(-1)
     m = run_max.repeat_interleave(n, dim=-1)[..., :sk]
-    factor = torch.exp(lse4 - m)
-    return torch.where(mag > 0, probs * factor, probs)
+    # exp(s - m) <= 1 from the scores (p * exp(lse - m) overflows where p is denormal)
+    return torch.where(mag > 0, torch.copysign(torch.exp(scores[..., :sk] - m), probs), probs)
 
 
 def _run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
@@ -125,7 +134,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False):
     """qkv [b, s, 3, h, d]: views, no copies; the gradient flows into qkv."""
-    return _run(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal,
+    q, k, v = _unpack(qkv, "qkv", 2, 3, "b, s, 3, h, d")
+    return _run(q, k, v, dropout_p, softmax_scale, causal,
                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
@@ -133,7 +143,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False):
     """q [b, s_q, h, d], kv [b, s_k, 2, h_k, d]."""
-    return _run(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size,
+    k, v = _unpack(kv, "kv", 2, 2, "b, s_k, 2, h_k, d")
+    return _run(q, k, v, dropout_p, softmax_scale, causal, window_size,
                 softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
@@ -176,7 +187,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False):
     """qkv [total, 3, h, d]."""
-    return _run(qkv[:, 0], qkv[:, 1], qkv[:, 2], dropout_p, softmax_scale, causal, window_size,
+    q, k, v = _unpack(qkv, "qkv", 1, 3, "total, 3, h, d")
+    return _run(q, k, v, dropout_p, softmax_scale, causal, window_size,
                 softcap, alibi_slopes, deterministic, return_attn_probs, cu_seqlens_q=cu_seqlens,
                 cu_seqlens_k=cu_seqlens, max_seqlen_q=max_seqlen, max_seqlen_k=max_seqlen)
 
@@ -187,7 +199,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False,
                                     return_attn_probs=False):
     """q [total_q, h, d], kv [total_k, 2, h_k, d]."""
-    return _run(q, kv[:, 0], kv[:, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+    k, v = _unpack(kv, "kv", 1, 2, "total_k, 2, h_k, d")
+    return _run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                 alibi_slopes, deterministic, return_attn_probs, cu_seqlens_q=cu_seqlens_q,
                 cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 

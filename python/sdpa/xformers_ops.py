@@ -148,18 +148,29 @@ def _sdpa_call(query, key, value, attn_bias, p, scale):
                 raise ValueError("%s: expected inputs of batch 1 (sequences concatenated along "
                                  "M), got batch %d" % (type(attn_bias).__name__, q.shape[0]))
             q, k, v = q[0], k[0], v[0]
-            if "block_table" in kw:  # paged keys: [pages * page_size, ...] as pages
-                ps = attn_bias.page_size
-                k = k.reshape(-1, ps, *k.shape[1:])
-                v = v.reshape(-1, ps, *v.shape[1:])
+            if "block_table" in kw:
+                k, v = _paged_keys(attn_bias, q, k, v, kw)
             varlen = True
     else:
         raise NotImplementedError("sdpa: attn_bias of type %s" % type(attn_bias).__name__)
     return q, k, v, kw, varlen
 
 
+def _paged_keys(bias, q, k, v, kw):
+    """Keys [rows, ...] of a paged / gappy bias as sdpa reads them: pages of
+    the bias' page size through its table; with gradients to compute, the
+    used rows gathered into plain varlen keys (kw loses block_table), since
+    sdpa's paged keys are forward only."""
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+        rows = bias._key_rows(k.device)
+        del kw["block_table"]
+        return k.index_select(0, rows), v.index_select(0, rows)
+    ps = bias._page_size
+    return k.reshape(-1, ps, *k.shape[1:]), v.reshape(-1, ps, *v.shape[1:])
+
+
 def _attention(q, k, v, return_lse, kw):
-    """The sdpa call: differentiable, except paged keys (forward only, as in xformers)."""
+    """The sdpa call: differentiable, except paged keys (forward only)."""
     if "block_table" in kw:
         with torch.no_grad():
             return _core.forward(q, k, v, return_lse=return_lse, **kw)
@@ -217,6 +228,10 @@ def memory_efficient_attention_backward(grad, output, lse, query, key, value, at
         raise NotImplementedError("memory_efficient_attention_backward: dropout (p = %g) needs "
                                   "the forward's random state; call memory_efficient_attention "
                                   "and backpropagate through it instead" % p)
+    if getattr(attn_bias, "_rows", None) is not None:
+        raise NotImplementedError("memory_efficient_attention_backward: %s reads keys through a "
+                                  "table (forward only); call memory_efficient_attention and "
+                                  "backpropagate through it instead" % type(attn_bias).__name__)
     q, k, v = _to_bmhk(query, key, value, share=False)
     _, _, _, kw, varlen = _sdpa_call(query, key, value, attn_bias, 0.0, scale)
     kw.pop("dropout_p"), kw.pop("seed")
@@ -250,6 +265,10 @@ def merge_attentions(attn_split, lse_split, write_lse=True, output_dtype=None):
     n, B, M = attn_split.shape[:3]
     heads = attn_split.shape[3:-1]
     K = attn_split.shape[-1]
+    if tuple(lse_split.shape[:-1]) != (n, B) + tuple(heads) or lse_split.shape[-1] < M:
+        raise ValueError("merge_attentions: lse_split %s does not match attn_split %s: expected "
+                         "[%d, %d, %s, >= %d]" % (list(lse_split.shape), list(attn_split.shape),
+                                                  n, B, ", ".join(map(str, heads)), M))
     nh = 1
     for x in heads:
         nh *= x

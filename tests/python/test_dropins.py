@@ -106,6 +106,19 @@ def test_bmghk_layouts_it_cannot_fold_raise():
     _close(out.reshape(B, Mq, G * H, K), ref)
 
 
+def test_packed_inputs_in_another_layout_raise():
+    qkv = torch.randn(2, 5, 4, 3, 8)  # [b, s, h, 3, d]: not flash_attn's [b, s, 3, h, d]
+    with pytest.raises(ValueError):
+        fa.flash_attn_qkvpacked_func(qkv)
+    with pytest.raises(ValueError):
+        fa.flash_attn_kvpacked_func(torch.randn(2, 5, 4, 8), torch.randn(2, 5, 4, 2, 8))
+    with pytest.raises(ValueError):
+        fa.flash_attn_varlen_qkvpacked_func(torch.randn(10, 4, 3, 8),
+                                            torch.tensor([0, 10], dtype=torch.int32), 10)
+    with pytest.raises(ValueError):
+        xops.merge_attentions(torch.randn(2, 1, 3, 4, 8), torch.randn(2, 1, 5, 3))
+
+
 def test_bmk_inputs_with_a_tensor_bias(dev):
     g = _gen(2)
     B, M, N, K = 4, 9, 11, 16
@@ -331,11 +344,14 @@ def _normalize_like_flash_attn(s_dmask, q, k, causal, dropout):
                       for a, m in zip(s_dmask.double().split(n, dim=-1), run)], -1)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_s_dmask_is_flash_attn_form(causal, dev):
+@pytest.mark.parametrize("causal,spread,d", [(False, 1.0, 64), (True, 1.0, 64), (True, 14.0, 59)])
+def test_s_dmask_is_flash_attn_form(causal, spread, d, dev):
+    """spread 14: scores so wide that some probabilities are denormal floats
+    (d 59 on CUDA: the SIMT row's expf keeps them)."""
     g = _gen(10)
-    b, s, h, d = 2, 150, 2, 64
+    b, s, h = 2, 150, 2
     q, k, v = (_randn(g, dev, b, s, h, d) for _ in range(3))
+    q = q * spread
     out, lse, s_dmask = fa.flash_attn_func(q, k, v, dropout_p=0.2, causal=causal,
                                            return_attn_probs=True)
     assert s_dmask.shape == (b, h, s, s)
@@ -343,6 +359,7 @@ def test_s_dmask_is_flash_attn_form(causal, dev):
     ref = torch.softmax(torch.einsum("bthd,bshd->bhts", q.double(), k.double()) / d ** 0.5
                         + torch.where(TR.keep_mask(s, s, causal=causal, device=dev), 0.0,
                                       float("-inf")), -1)
+    assert torch.isfinite(s_dmask).all()
     attn = _normalize_like_flash_attn(s_dmask.abs(), q, k, causal, True)
     _close(attn, ref, 1e-5)
     kept = s_dmask >= 0
@@ -427,6 +444,44 @@ def test_xformers_paged_mask(dev):
     out = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
     ref, _ = TR.attention(q, k, v, bias=bias.materialize((1, H, sum(ql), 4 * ps), device=dev))
     _close(out, ref)
+
+
+@pytest.mark.parametrize("kind", ["gappy", "gappy_causal", "paged_gappy", "paged"])
+def test_gappy_and_paged_masks_forward_and_gradients(kind, dev):
+    """Key blocks at any (overlapping) rows and in pages: forward on sdpa's paged
+    varlen keys, gradients through the gathered rows; both against the float64
+    reference over the materialized mask."""
+    g = _gen(15)
+    H, K, ps = 2, 16, 16
+    ql = [2, 5, 1]
+    table = torch.tensor([[3, 0], [1, 2], [5, 4]], dtype=torch.int32, device=dev)
+    if kind.startswith("gappy"):
+        cls = (xops.BlockDiagonalCausalWithOffsetGappyKeysMask if kind == "gappy_causal"
+               else xops.BlockDiagonalGappyKeysMask)
+        bias = cls.from_seqlens(ql, [5, 1, 30, 48], [10, 20, 3])
+        n = 48
+    elif kind == "paged_gappy":
+        bias = xops.PagedBlockDiagonalGappyKeysMask.from_seqlens(ql, [3, 0, 10], [20, 9, 5],
+                                                                 block_tables=table, page_size=ps)
+        n = 6 * ps
+    else:
+        bias = xops.PagedBlockDiagonalPaddedKeysMask.from_seqlens(ql, [20, 9, 30], block_tables=table,
+                                                                  page_size=ps)
+        n = 6 * ps
+    q = _randn(g, dev, 1, sum(ql), H, K).requires_grad_()
+    k, v = _randn(g, dev, 1, n, H, K).requires_grad_(), _randn(g, dev, 1, n, H, K).requires_grad_()
+    with torch.no_grad():
+        out0 = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
+    out = xops.memory_efficient_attention(q, k, v, attn_bias=bias)
+    dense = bias.materialize((1, H, sum(ql), n), device=dev)
+    ref, _ = TR.attention(q, k, v, bias=dense)
+    _close(out0, ref)
+    _close(out, ref)
+    grad = _randn(g, dev, *out.shape)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad.double())
+    for a, b in zip(got, want):
+        _close(a, b, 1e-4)
 
 
 def test_varlen_s_dmask_is_flash_attn_form(dev):
