@@ -259,6 +259,11 @@ typedef struct sdpa_bwd_desc {
                                given, workspace_size, 0 allowed, must cover
                                the query's answer) */
   size_t workspace_size;
+
+  sdpa_tensor dlse;         /* optional f32, the shape of lse: the gradient of the
+                               forward's lse when lse feeds the loss (it adds
+                               dlse_i * p_ij to the score gradient; a merge of
+                               partial results needs it) */
 } sdpa_bwd_desc;
 
 SDPA_API void sdpa_bwd_init(sdpa_bwd_desc *desc);

@@ -52,6 +52,8 @@ typedef struct sdpa_problem {
   sdpa_bshd o_st;
   float *lse;            /* NULL if not asked; dense [b, h, s_q], varlen [h, total_q] */
   int64_t lse_sb, lse_sh, lse_ss; /* varlen: lse_sb = 0, rows indexed by global row */
+  const float *dlse;     /* backward: NULL, or lse's gradient (lse's layout) */
+  int64_t dlse_sb, dlse_sh, dlse_ss;
 
   /* varlen */
   const int32_t *cu_q, *cu_k, *seqused_k;
@@ -237,6 +239,15 @@ SDPA_HD int64_t sdpa_lse_offset(const sdpa_problem *p, int64_t b, int64_t i, int
   if (p->layout == SDPA_LAYOUT_VARLEN)
     return hh * p->lse_sh + ((int64_t)p->cu_q[b] + i) * p->lse_ss;
   return b * p->lse_sb + hh * p->lse_sh + i * p->lse_ss;
+}
+
+/* dlse of query row g (global: b * s_q + i, or the varlen row), head hh; 0
+ * without dlse. The backward's D_i = dO_i . O_i less it gives the score
+ * gradient p (dP - D + dlse). */
+SDPA_HD float sdpa_dlse_row(const sdpa_problem *p, int64_t g, int64_t hh) {
+  if (!p->dlse) return 0.0f;
+  if (p->layout == SDPA_LAYOUT_VARLEN) return p->dlse[hh * p->dlse_sh + g * p->dlse_ss];
+  return p->dlse[(g / p->s_q) * p->dlse_sb + hh * p->dlse_sh + (g % p->s_q) * p->dlse_ss];
 }
 
 /* ---- the mask ------------------------------------------------------------- */

@@ -95,6 +95,7 @@ unsigned sdpa_problem_features(const sdpa_problem *p) {
   if (p->num_splits > 1) f |= SDPA_FEAT_SPLITKV;
   if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
   if (sdpa_problem_empty(p)) f |= SDPA_FEAT_EMPTY;
+  if (p->dlse) f |= SDPA_FEAT_DLSE;
   if (misaligned(p->q, p->dtype, &p->q_st) || misaligned(p->k, p->dtype, &p->k_st) ||
       misaligned(p->v, p->dtype, &p->v_st) || misaligned(p->out, p->dtype, &p->o_st) ||
       (p->is_bwd && (misaligned(p->dout, p->dtype, &p->do_st) ||
@@ -128,6 +129,7 @@ static const char *feature_name(unsigned bit) {
   case SDPA_FEAT_SPLITKV: return "split-kv";
   case SDPA_FEAT_SEQUSED: return "seqused_k";
   case SDPA_FEAT_EMPTY: return "empty";
+  case SDPA_FEAT_DLSE: return "dlse";
   }
   return "?";
 }

@@ -40,7 +40,8 @@ enum {
   SDPA_FEAT_SEQUSED = 1u << 16,   /* seqused_k */
   SDPA_FEAT_DBIAS_SUM = 1u << 17, /* dbias summed over a broadcast dim (extent 1 of b, h or s_q > 1) */
   SDPA_FEAT_EMPTY = 1u << 18,     /* no batch, queries or keys: outputs written as empty rows / zeros */
-  SDPA_FEAT_ALL = (1u << 19) - 1u
+  SDPA_FEAT_DLSE = 1u << 19,      /* backward: lse's gradient given */
+  SDPA_FEAT_ALL = (1u << 20) - 1u
 };
 
 #define SDPA_DT_F32 (1u << SDPA_DTYPE_F32)

@@ -368,8 +368,9 @@ static sdpa_status check_same_as(const sdpa_tensor *t, const char *name, const s
   return SDPA_OK;
 }
 
-/* lse: dense/cache [b, h, s_q] -> (sb, sh, ss); varlen [h, total_q] -> (0, sh, ss). */
-static sdpa_status check_lse(const sdpa_tensor *t, const char *name, sdpa_problem *p, int flags) {
+/* lse-shaped: dense/cache [b, h, s_q] -> (sb, sh, ss); varlen [h, total_q] -> (0, sh, ss). */
+static sdpa_status check_lse_like(const sdpa_tensor *t, const char *name, const sdpa_problem *p,
+                                  int flags, int64_t st[3]) {
   int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   SDPA_TRY(check_tensor(t, name, varlen ? 2 : 3,
                         varlen ? "f32 lse [h, total_q]" : "f32 lse [b, h, s_q]", flags));
@@ -377,18 +378,27 @@ static sdpa_status check_lse(const sdpa_tensor *t, const char *name, sdpa_proble
   if (varlen) {
     SDPA_TRY(expect_dim(t, name, 0, p->h, "h", "attn.q.shape[1]"));
     SDPA_TRY(expect_dim(t, name, 1, p->total_q, "total_q", "attn.q.shape[0]"));
-    p->lse_sb = 0;
-    p->lse_sh = t->stride[0];
-    p->lse_ss = t->stride[1];
+    st[0] = 0;
+    st[1] = t->stride[0];
+    st[2] = t->stride[1];
   } else {
     SDPA_TRY(expect_dim(t, name, 0, p->b, "b", "attn.q.shape[0]"));
     SDPA_TRY(expect_dim(t, name, 1, p->h, "h", "attn.q.shape[2]"));
     SDPA_TRY(expect_dim(t, name, 2, p->s_q, "s_q", "attn.q.shape[1]"));
-    p->lse_sb = t->stride[0];
-    p->lse_sh = t->stride[1];
-    p->lse_ss = t->stride[2];
+    st[0] = t->stride[0];
+    st[1] = t->stride[1];
+    st[2] = t->stride[2];
   }
+  return SDPA_OK;
+}
+
+static sdpa_status check_lse(const sdpa_tensor *t, const char *name, sdpa_problem *p, int flags) {
+  int64_t st[3] = {0, 0, 0};
+  SDPA_TRY(check_lse_like(t, name, p, flags, st));
   p->lse = (float *)t->data;
+  p->lse_sb = st[0];
+  p->lse_sh = st[1];
+  p->lse_ss = st[2];
   return SDPA_OK;
 }
 
@@ -868,6 +878,14 @@ sdpa_status sdpa_validate_bwd(const sdpa_bwd_desc *desc, sdpa_problem *p) {
     return sdpa_fail(INV, "lse.data = NULL: expected the forward's f32 lse (required by the"
                      " backward)");
   SDPA_TRY(check_lse(&desc->lse, "lse", p, 0));
+  if (present(&desc->dlse)) {
+    int64_t st[3] = {0, 0, 0};
+    SDPA_TRY(check_lse_like(&desc->dlse, "dlse", p, 0, st));
+    p->dlse = (const float *)desc->dlse.data;
+    p->dlse_sb = st[0];
+    p->dlse_sh = st[1];
+    p->dlse_ss = st[2];
+  }
   SDPA_TRY(check_q_like(&desc->dout, "dout", p, p->d_v, "d_v", "attn.v.shape[last]", 0));
   p->dout = desc->dout.data;
   p->do_st = bshd_of(&desc->dout);

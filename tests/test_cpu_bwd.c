@@ -37,6 +37,7 @@ typedef struct tcase {
   int bias;      /* 0 none, else 1 | BC_* flags of broadcast dims (bit 0 = on) */
   int bias_ninf; /* sprinkle -inf into the bias */
   int dbias;
+  int dlse;      /* lse's gradient given (lse feeds the loss) */
   float dropout;
   int64_t pad;                   /* padded strides on every tensor */
   const int32_t *lq, *lk, *used; /* varlen when lq != NULL (b entries each) */
@@ -95,9 +96,13 @@ static void run_case(const tcase *c, test_rng *rng) {
   test_fill_normal(&v, rng, 1.0);
   test_fill_normal(&dout, rng, 1.0);
 
-  sdpa_tensor cu_q, cu_k, used, alibi, bias, dbias;
+  sdpa_tensor cu_q, cu_k, used, alibi, bias, dbias, dlse;
   memset(&cu_q, 0, sizeof cu_q);
-  cu_k = used = alibi = bias = dbias = cu_q;
+  cu_k = used = alibi = bias = dbias = dlse = cu_q;
+  if (c->dlse) {
+    dlse = test_alloc(SDPA_DTYPE_F32, lse.rank, lse.shape);
+    test_fill_normal(&dlse, rng, 1.0);
+  }
   if (varlen) {
     int64_t n1 = c->b + 1;
     cu_q = test_alloc(SDPA_DTYPE_I32, 1, &n1);
@@ -168,7 +173,7 @@ static void run_case(const tcase *c, test_rng *rng) {
   sdpa_bwd_init(&bd);
   bd.attn = a;
   bd.out = out, bd.lse = lse, bd.dout = dout;
-  bd.dq = dq, bd.dk = dk, bd.dv = dv, bd.dbias = dbias;
+  bd.dq = dq, bd.dk = dk, bd.dv = dv, bd.dbias = dbias, bd.dlse = dlse;
   bd.deterministic = 1;
 
   /* the oracle */
@@ -259,7 +264,7 @@ done:
   test_free(&q), test_free(&k), test_free(&v), test_free(&out), test_free(&lse);
   test_free(&dout), test_free(&dq), test_free(&dk), test_free(&dv);
   test_free(&cu_q), test_free(&cu_k), test_free(&used), test_free(&alibi);
-  test_free(&bias), test_free(&dbias);
+  test_free(&bias), test_free(&dbias), test_free(&dlse);
 }
 
 #define F32 SDPA_DTYPE_F32
@@ -348,6 +353,12 @@ int main(void) {
      .bias_ninf = 1, .dbias = 1, .dropout = 0.17f, .pad = 2},
     {.name = "multi_block_f16", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 260, .sk = 300, .d = 64,
      .dv = 64, .causal = 1, .alibi = 1, .bias = 1 | BC_B | BC_Q, .dbias = 1, .dropout = 0.17f},
+    /* lse feeds the loss (dlse): dense with a window and dbias, varlen with dropout */
+    {.name = "dlse_window_dbias_f32", .dt = F32, .b = 2, .h = 4, .hk = 2, .sq = 40, .sk = 70,
+     .d = 32, .dv = 16, .wl = 9, .wr = 4, .wset = 1, .bias = 1 | BC_H, .dbias = 1, .dlse = 1},
+    {.name = "dlse_varlen_dropout_bf16", .dt = BF16, .b = 4, .h = 2, .hk = 1, .sq = 0, .sk = 0,
+     .d = 32, .dv = 32, .causal = 1, .dropout = 0.17f, .lq = lq1, .lk = lk1, .used = us1,
+     .dlse = 1},
     /* empty problems: the gradients of the non-empty side are zeros (poisoned first) */
     {.name = "empty_queries_dbias_f16", .dt = F16, .b = 2, .h = 2, .hk = 1, .sq = 0, .sk = 70,
      .d = 32, .dv = 32, .bias = 1 | BC_Q, .dbias = 1},

@@ -895,6 +895,13 @@ static void test_bwd(void) {
   sdpa_bwd_desc d = bwd_dense();
   d.lse.data = NULL;
   BWD_ERR(d, INV, "lse.data = NULL", "required");
+  d = bwd_dense(); /* dlse: lse's shape, f32 */
+  d.dlse = tns(SDPA_DTYPE_F32, 3, L(B), L(H), L(SQ));
+  TEST_EXPECT(sdpa_bwd(&d) == SDPA_OK, "dlse: %s", sdpa_last_error());
+  d.dlse = tns(SDPA_DTYPE_F32, 3, L(B), L(H), L(SQ + 1));
+  BWD_ERR(d, INV, "dlse.shape[2] = 4", "s_q = 3");
+  d.dlse = tns(DT, 3, L(B), L(H), L(SQ));
+  BWD_ERR(d, INV, "dlse.dtype", "f32");
   d = bwd_dense();
   d.out.data = NULL;
   BWD_ERR(d, INV, "out.data = NULL");

@@ -420,7 +420,7 @@ def _build_bwd(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", w
                softcap=0.0, scale=None, alibi_slopes=None, bias=None, dbias=False,
                dropout_p=0.0, seed=0, offset=0, cu_seqlens_q=None, cu_seqlens_k=None,
                max_seqlen_q=0, max_seqlen_k=0, seqused_k=None, deterministic=False,
-               num_threads=0, kernel=None, dq=None, dk=None, dv=None):
+               num_threads=0, kernel=None, dq=None, dk=None, dv=None, dlse=None):
     q = T.as_array(q, "q")
     c = _Call(q, "q")
     c.keep.append(q)
@@ -454,6 +454,8 @@ def _build_bwd(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", w
             dbias = _bias4(c.arr(dbias, "dbias"))
             c.keep.append(dbias)
         c.set(d.dbias, dbias, "dbias")
+    if dlse is not None:
+        c.set(d.dlse, c.arr(dlse, "dlse"), "dlse")
     if deterministic:
         d.deterministic = 1
     return d, c, dq, dk, dv, (dbias if want_dbias else None)
@@ -463,18 +465,20 @@ def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", win
              softcap=0.0, scale=None, alibi_slopes=None, bias=None, dbias=False, dropout_p=0.0,
              seed=0, offset=0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
              max_seqlen_k=0, seqused_k=None, deterministic=False, num_threads=0, kernel=None,
-             dq=None, dk=None, dv=None):
+             dq=None, dk=None, dv=None, dlse=None):
     """Attention backward (sdpa_bwd): the modifiers exactly as given to forward().
 
     Returns (dq, dk, dv), or (dq, dk, dv, dbias) with dbias=True (allocated
     [b|1, h|1, s_q|1, s_k], 1 where bias broadcasts) or dbias=<array>.
-    dk/dv are summed over the query heads of a GQA group."""
+    dk/dv are summed over the query heads of a GQA group. dlse: the gradient
+    of lse, when lse feeds the loss (lse's shape, f32)."""
     d, c, dq, dk, dv, db = _build_bwd(
         dout, q, k, v, out, lse, causal=causal, align=align, window=window, softcap=softcap,
         scale=scale, alibi_slopes=alibi_slopes, bias=bias, dbias=dbias, dropout_p=dropout_p,
         seed=seed, offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
-        deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv)
+        deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv,
+        dlse=dlse)
     L = _lib.lib()
     _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size)
     return (dq, dk, dv) if db is None else (dq, dk, dv, db)

@@ -129,6 +129,7 @@ class sdpa_bwd_desc(ctypes.Structure):
         ("deterministic", ctypes.c_int),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        ("dlse", sdpa_tensor),
     ]
 
 

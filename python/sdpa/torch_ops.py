@@ -20,8 +20,9 @@ implementation plus the op's version-counter bump of the caches. The results are
 the op's; torch.compile, torch.export / make_fx, torch.jit tracing, torch.func
 transforms, dispatch and function modes and tensor subclasses still see the op.
 
-lse is an output for inspection: it is treated as non-differentiable (as in
-flash_attn); a gradient flowing into it is ignored.
+lse is differentiable (as xformers' forward_requires_grad lse, which merges of
+partial results need): its gradient goes to the library's backward as dlse
+(CPU and SIMT rows). An unused lse costs nothing (its gradient stays None).
 """
 from typing import Optional, Tuple
 
@@ -96,7 +97,7 @@ def _fwd_impl(q, k, v, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqused_k
     return out, lse, probs
 
 
-def _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+def _bwd_impl(dout, q, k, v, out, lse, dlse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
               seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
               window_right, dropout_p, seed, offset, deterministic, need_dbias, num_threads,
               kernel):
@@ -111,7 +112,7 @@ def _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seql
         dbias=dbias if need_dbias else False, dropout_p=dropout_p, seed=_unsigned(seed),
         offset=offset, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
-        deterministic=deterministic, num_threads=num_threads, kernel=kernel or None)
+        deterministic=deterministic, num_threads=num_threads, kernel=kernel or None, dlse=dlse)
     dq, dk, dv = res[0], res[1], res[2]
     return dq, dk, dv, (dbias if need_dbias else _empty0(q))
 
@@ -197,20 +198,20 @@ if HAVE_CUSTOM_OP:
 
     @torch.library.custom_op("sdpa::bwd", mutates_args=())
     def sdpa_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
+                 dlse: Optional[Tensor], bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
                  cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                  seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
                  scale: float, softcap: float, causal: bool, align: int, window_left: int,
                  window_right: int, dropout_p: float, seed: int, offset: int,
                  deterministic: bool, need_dbias: bool, num_threads: int,
                  kernel: str) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        return _bwd_impl(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q,
+        return _bwd_impl(dout, q, k, v, out, lse, dlse, bias, alibi_slopes, cu_seqlens_q,
                          cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap,
                          causal, align, window_left, window_right, dropout_p, seed, offset,
                          deterministic, need_dbias, num_threads, kernel)
 
     @torch.library.register_fake("sdpa::bwd")
-    def _sdpa_bwd_fake(dout, q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+    def _sdpa_bwd_fake(dout, q, k, v, out, lse, dlse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
                        seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, align,
                        window_left, window_right, dropout_p, seed, offset, deterministic,
                        need_dbias, num_threads, kernel):
@@ -233,7 +234,8 @@ if HAVE_CUSTOM_OP:
         ctx.num_threads = a["num_threads"]
         ctx.kernel = a["kernel"]
         ctx.deterministic = a["deterministic"]
-        ctx.mark_non_differentiable(lse, output[2])
+        ctx.mark_non_differentiable(output[2])
+        ctx.set_materialize_grads(False)  # an unused lse's gradient stays None
 
     def _autograd_bwd(ctx, dout, dlse, dprobs):
         q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused = ctx.saved_tensors
@@ -242,8 +244,9 @@ if HAVE_CUSTOM_OP:
         if dout.stride(-1) != 1:
             dout = dout.contiguous()
         need_dbias = bias is not None and ctx.needs_input_grad[3]
+        dlse = _last_dim_contiguous(dlse)
         dq, dk, dv, dbias = torch.ops.sdpa.bwd(
-            dout, q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused, *ctx.scalars,
+            dout, q, k, v, out, lse, dlse, bias, alibi, cu_q, cu_k, seqused, *ctx.scalars,
             ctx.deterministic, need_dbias, ctx.num_threads, ctx.kernel)
         return (dq, dk, dv, dbias if need_dbias else None) + (None,) * (len(_FWD_ARGS) - 4)
 
@@ -289,18 +292,22 @@ class SdpaAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, bias, alibi_slopes, cu_seqlens_q,
                               cu_seqlens_k, seqused_k)
         ctx.params = params
-        ctx.mark_non_differentiable(lse, probs)
+        ctx.mark_non_differentiable(probs)
+        ctx.set_materialize_grads(False)  # an unused lse's gradient stays None
         return out, lse, probs
 
     @staticmethod
     def backward(ctx, dout, dlse, dprobs):
         q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused = ctx.saved_tensors
         p = ctx.params
+        if dout is None:
+            dout = torch.zeros_like(out)
         if dout.stride(-1) != 1:
             dout = dout.contiguous()
         need_dbias = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = _bwd_impl(dout, q, k, v, out, lse, bias, alibi, cu_q, cu_k, seqused,
-                                      *p[:11], p[14], need_dbias, p[12], p[13])
+        dq, dk, dv, dbias = _bwd_impl(dout, q, k, v, out, lse, _last_dim_contiguous(dlse), bias,
+                                      alibi, cu_q, cu_k, seqused, *p[:11], p[14], need_dbias,
+                                      p[12], p[13])
         return dq, dk, dv, (dbias if need_dbias else None), None, None, None, None, None
 
 

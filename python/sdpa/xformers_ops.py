@@ -7,6 +7,7 @@
                                                              -> (dq, dk, dv)
     memory_efficient_attention_partial(...)                  -> (out, lse), to merge
     merge_attentions(attn_split, lse_split, write_lse=True)  -> (out, lse | None)
+                                                             (differentiable, lse too)
 
 Layouts: [B, M, H, K] (key / value [B, N, H_k, K(v)], H_k dividing H: GQA);
 [B, M, K] (one head); [B, M, G, H, K] (groups: key / value [B, N, G, H, K],
@@ -248,8 +249,35 @@ def memory_efficient_attention_backward(grad, output, lse, query, key, value, at
     return _from_bmhk(dq, query), _from_bmhk(dk, key), _from_bmhk(dv, value)
 
 
+class _MergeStates(torch.autograd.Function):
+    """sdpa.merge_states with its gradient: out = sum_n w_n out_n and lse =
+    log sum_n exp(lse_n), w_n = exp(lse_n - lse) (0 for empty parts), so
+    d out_n = w_n dout and d lse_n = w_n (dlse + dout . (out_n - out))."""
+
+    @staticmethod
+    def forward(ctx, parts, lse_parts, out_dtype):
+        out, lse = _core.merge_states(parts, lse_parts, out_dtype=out_dtype)
+        ctx.save_for_backward(parts, lse_parts, out, lse)
+        ctx.set_materialize_grads(False)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        parts, lse_parts, out, lse = ctx.saved_tensors
+        empty = torch.isinf(lse_parts) | torch.isinf(lse)[None]
+        w = torch.where(empty, torch.zeros_like(lse_parts), torch.exp(lse_parts - lse[None]))
+        g_lse = w * dlse[None] if dlse is not None else torch.zeros_like(w)
+        g_parts = None
+        if dout is not None:
+            d = dout.float()[None]
+            g_parts = (w[..., None] * d).to(parts.dtype)
+            g_lse = g_lse + w * (d * (parts.float() - out.float()[None])).sum(-1)
+        return g_parts, g_lse, None
+
+
 def merge_attentions(attn_split, lse_split, write_lse=True, output_dtype=None):
-    """Exact merge of attention over parts of the keys (sdpa.merge_states).
+    """Exact merge of attention over parts of the keys (sdpa.merge_states);
+    gradients flow into the parts and their lse (_MergeStates).
 
     attn_split: [parts, B, M, (G,) H, K] or a list of [B, M, (G,) H, K];
     lse_split: [parts, B, (G,) H, M] or a list of [B, (G,) H, M].
@@ -274,8 +302,11 @@ def merge_attentions(attn_split, lse_split, write_lse=True, output_dtype=None):
         nh *= x
     parts = attn_split.reshape(n, B * M, nh, K)
     lse_parts = lse_split[..., :M].movedim(-1, 2).reshape(n, B * M, nh).float()
-    out_dtype = output_dtype or attn_split.dtype
-    out, lse = _core.merge_states(parts, lse_parts, out_dtype=str(out_dtype).split(".")[-1])
+    out_dtype = str(output_dtype or attn_split.dtype).split(".")[-1]
+    if torch.is_grad_enabled() and (parts.requires_grad or lse_parts.requires_grad):
+        out, lse = _MergeStates.apply(parts, lse_parts, out_dtype)
+    else:
+        out, lse = _core.merge_states(parts, lse_parts, out_dtype=out_dtype)
     out = out.reshape(B, M, *heads, K)
     if not write_lse:
         return out, None

@@ -176,8 +176,8 @@ static void keys_seen(const sdpa_problem *p, int64_t sq, int64_t sk, int64_t i0,
   *jb = a == INT64_MAX ? 0 : z;
 }
 
-/* Loads q (if want_q), dO, lse and D = rowsum(dO * O) of rows [i0, i0 + m) of
- * (sequence b, query head hh) into ws. */
+/* Loads q (if want_q), dO, lse and D = rowsum(dO * O) - dlse of rows [i0, i0 + m)
+ * of (sequence b, query head hh) into ws. */
 static void load_query_side(const sdpa_problem *p, const bwd_ws *ws, int64_t b, int64_t hh,
                             int64_t i0, int64_t m, int want_q) {
   if (want_q)
@@ -197,7 +197,7 @@ static void load_query_side(const sdpa_problem *p, const bwd_ws *ws, int64_t b, 
       for (int64_t e = 0; e < p->d_v; ++e)
         acc += (double)dor[e] * (double)sdpa_load(p->out, p->dtype, orow + e);
     }
-    ws->dd[r] = (float)acc;
+    ws->dd[r] = (float)(acc - (double)sdpa_dlse_row(p, sdpa_seq_q_start(p, b) + i0 + r, hh));
     ws->lse[r] = p->lse[sdpa_lse_offset(p, b, i0 + r, hh)];
   }
 }

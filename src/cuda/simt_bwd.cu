@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(SIMT_THREADS)
     for (int64_t e = lane; e < p->d_v; e += 32)
       acc = fmaf(simt_ld(p->dout, p->dtype, od + e), simt_ld(p->out, p->dtype, oo + e), acc);
     acc = simt_warp_sum(acc);
-    if (lane == 0) dsum[w] = acc;
+    if (lane == 0) dsum[w] = acc - sdpa_dlse_row(p, g, hh);
   }
 }
 

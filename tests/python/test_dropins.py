@@ -304,6 +304,45 @@ def test_partial_and_merge_attentions_equal_the_whole(stack, dev):
     _close(out2, out, 0)
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_gradient_through_lse(varlen, dev):
+    """lse feeds the loss: the library's backward takes its gradient (dlse)."""
+    g = _gen(16)
+    b, s, h, d = 2, 9, 3, 16
+    q, k, v = (_randn(g, dev, b, s, h, d).requires_grad_() for _ in range(3))
+    w_o, w_l = _randn(g, dev, b, s, h, d), _randn(g, dev, b, h, s)
+    if varlen:  # one sequence per batch row, the same problem
+        cu = torch.tensor([0, s, 2 * s], dtype=torch.int32, device=dev)
+        out, lse = sdpa.torch_ops.attention(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1),
+                                            causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                            max_seqlen_q=s, max_seqlen_k=s, return_lse=True)
+        out, lse = out.unflatten(0, (b, s)), lse.unflatten(1, (b, s)).transpose(0, 1)
+    else:
+        out, lse = sdpa.torch_ops.attention(q, k, v, causal=True, return_lse=True)
+    ref, rlse = TR.attention(q, k, v, causal=True)
+    got = torch.autograd.grad((out * w_o).sum() + (lse * w_l).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * w_o.double()).sum() + (rlse * w_l.double()).sum(), (q, k, v))
+    for a, r in zip(got, want):
+        _close(a, r, 1e-4)
+
+
+def test_merge_attentions_gradients_equal_the_whole(dev):
+    g = _gen(17)
+    B, M, H, K = 2, 5, 3, 16
+    q = _randn(g, dev, B, M, H, K).requires_grad_()
+    kv = [(_randn(g, dev, B, n, H, K).requires_grad_(), _randn(g, dev, B, n, H, K).requires_grad_())
+          for n in (4, 7)]
+    parts = [xops.memory_efficient_attention_partial(q, k, v) for k, v in kv]
+    out, lse = xops.merge_attentions([p[0] for p in parts], [p[1] for p in parts])
+    w_o, w_l = _randn(g, dev, *out.shape), _randn(g, dev, *lse.shape)
+    leaves = (q,) + tuple(x for pair in kv for x in pair)
+    got = torch.autograd.grad((out * w_o).sum() + (lse * w_l).sum(), leaves)
+    ref, rlse = TR.attention(q, torch.cat([k for k, _ in kv], 1), torch.cat([v for _, v in kv], 1))
+    want = torch.autograd.grad((ref * w_o.double()).sum() + (rlse * w_l.double()).sum(), leaves)
+    for a, r in zip(got, want):
+        _close(a, r, 1e-4)
+
+
 # ---- flash_attn ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

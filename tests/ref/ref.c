@@ -489,6 +489,12 @@ int ref_bwd(const sdpa_problem *p, int lowp, const double *dout, double *dq, dou
           load_dout(p, dout, b, hh, i, w.dO);
           double D = 0.0; /* D_i = dO_i . O_i, with O from this oracle */
           for (int64_t e = 0; e < p->d_v; ++e) D += w.dO[e] * w.o[e];
+          if (p->dlse) { /* lse feeds the loss too: d lse_i / d s_ij = P_ij */
+            int64_t at = p->layout == SDPA_LAYOUT_VARLEN
+                             ? hh * p->dlse_sh + ((int64_t)p->cu_q[b] + i) * p->dlse_ss
+                             : b * p->dlse_sb + hh * p->dlse_sh + i * p->dlse_ss;
+            D -= (double)p->dlse[at];
+          }
           for (int64_t e = 0; e < p->d; ++e) w.dq[e] = 0.0;
           for (int64_t j = 0; j < sk; ++j) {
             if (r.s[j] == -INFINITY) continue; /* masked: P = 0, no gradient */
