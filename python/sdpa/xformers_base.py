@@ -145,18 +145,26 @@ class LowerTriangularFromBottomRightMask(AttentionBias):
         return LowerTriangularFromBottomRightLocalAttentionMask(window_size)
 
 
-@dataclass
-class LowerTriangularFromBottomRightLocalAttentionMask(LowerTriangularFromBottomRightMask):
-    """Causal bottom-right, each query sees its last _window_size keys."""
-    _window_size: int
+class _LastKeys:
+    """Mixin of the local causal masks: each query sees its last _window_size
+    keys (window (_window_size - 1, 0)); listed first among the bases."""
 
-    def __post_init__(self):
+    def _check_window(self):
         if self._window_size <= 0:
             raise ValueError("window_size = %d: expected > 0" % self._window_size)
 
     @property
     def _window(self):
         return (self._window_size - 1, 0)
+
+
+@dataclass
+class LowerTriangularFromBottomRightLocalAttentionMask(_LastKeys, LowerTriangularFromBottomRightMask):
+    """Causal bottom-right, each query sees its last _window_size keys."""
+    _window_size: int
+
+    def __post_init__(self):
+        self._check_window()
 
 
 @dataclass

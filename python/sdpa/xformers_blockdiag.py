@@ -9,7 +9,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .xformers_base import AttentionBias
+from .xformers_base import AttentionBias, _LastKeys
 
 @dataclass
 class SeqLenInfo:
@@ -222,32 +222,23 @@ class BlockDiagonalCausalFromBottomRightMask(BlockDiagonalMask):
 
 
 @dataclass
-class BlockDiagonalCausalLocalAttentionMask(BlockDiagonalCausalMask):
+class BlockDiagonalCausalLocalAttentionMask(_LastKeys, BlockDiagonalCausalMask):
     """Block diagonal, causal top-left, each query sees its last _window_size keys."""
     _window_size: int = 0
 
     def __post_init__(self):
-        if self._window_size <= 0:
-            raise ValueError("window_size = %d: expected > 0" % self._window_size)
-
-    @property
-    def _window(self):
-        return (self._window_size - 1, 0)
+        self._check_window()
 
 
 @dataclass
-class BlockDiagonalCausalLocalAttentionFromBottomRightMask(BlockDiagonalCausalFromBottomRightMask):
+class BlockDiagonalCausalLocalAttentionFromBottomRightMask(_LastKeys,
+                                                          BlockDiagonalCausalFromBottomRightMask):
     """Block diagonal, causal bottom-right, each query sees its last _window_size keys."""
     _window_size: int = 0
 
     def __post_init__(self):
-        if self._window_size <= 0:
-            raise ValueError("window_size = %d: expected > 0" % self._window_size)
+        self._check_window()
         _check_keys_cover_queries(self)
-
-    @property
-    def _window(self):
-        return (self._window_size - 1, 0)
 
 
 @dataclass
@@ -289,15 +280,11 @@ class BlockDiagonalCausalWithOffsetPaddedKeysMask(BlockDiagonalPaddedKeysMask):
 
 
 @dataclass
-class BlockDiagonalCausalLocalAttentionPaddedKeysMask(BlockDiagonalPaddedKeysMask):
+class BlockDiagonalCausalLocalAttentionPaddedKeysMask(_LastKeys, BlockDiagonalPaddedKeysMask):
     """Padded keys, causal bottom-right, each query sees its last _window_size keys."""
     _window_size: int = 0
     _causal = True
     _align = "bottom-right"
-
-    @property
-    def _window(self):
-        return (self._window_size - 1, 0)
 
     @classmethod
     def from_seqlens_local(cls, q_seqlen, kv_padding, kv_seqlen, window_size):
