@@ -229,21 +229,26 @@ def memory_efficient_attention_backward(grad, output, lse, query, key, value, at
         raise NotImplementedError("memory_efficient_attention_backward: dropout (p = %g) needs "
                                   "the forward's random state; call memory_efficient_attention "
                                   "and backpropagate through it instead" % p)
-    if getattr(attn_bias, "_rows", None) is not None:
-        raise NotImplementedError("memory_efficient_attention_backward: %s reads keys through a "
-                                  "table (forward only); call memory_efficient_attention and "
-                                  "backpropagate through it instead" % type(attn_bias).__name__)
     q, k, v = _to_bmhk(query, key, value, share=False)
     _, _, _, kw, varlen = _sdpa_call(query, key, value, attn_bias, 0.0, scale)
     kw.pop("dropout_p"), kw.pop("seed")
     g, o = _to_bmhk(grad, grad, grad)[0], _to_bmhk(output, output, output)[0]
     if varlen:
         q, k, v, g, o = q[0], k[0], v[0], g[0], o[0]
+    rows = None
+    kw.pop("block_table", None)
+    if hasattr(attn_bias, "_key_rows"):  # keys through a table: the used rows gathered
+        rows = attn_bias._key_rows(k.device)
+        k_all, v_all = k, v
+        k, v = k.index_select(0, rows), v.index_select(0, rows)
     l = _lse_from_xformers(lse, query, varlen).contiguous()
     if l.shape[-1] != q.shape[-3]:  # lse padded past M
         l = l[..., :q.shape[-3]].contiguous()
     g, o = g.contiguous(), o.contiguous()
     dq, dk, dv = _core.backward(g, q, k, v, o, l, **kw)[:3]
+    if rows is not None:  # back to every row (rows read twice sum, rows not read get 0)
+        dk = torch.zeros_like(k_all).index_add_(0, rows, dk)
+        dv = torch.zeros_like(v_all).index_add_(0, rows, dv)
     if varlen:
         dq, dk, dv = dq[None], dk[None], dv[None]
     return _from_bmhk(dq, query), _from_bmhk(dk, key), _from_bmhk(dv, value)

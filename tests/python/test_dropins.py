@@ -521,6 +521,12 @@ def test_gappy_and_paged_masks_forward_and_gradients(kind, dev):
     want = torch.autograd.grad(ref, (q, k, v), grad.double())
     for a, b in zip(got, want):
         _close(a, b, 1e-4)
+    # the low-level pair: forward_requires_grad's (out, lse), then the backward alone
+    with torch.no_grad():
+        out1, lse1 = xops.memory_efficient_attention_forward_requires_grad(q, k, v, attn_bias=bias)
+        low = xops.memory_efficient_attention_backward(grad, out1, lse1, q, k, v, attn_bias=bias)
+    for a, b in zip(low, want):
+        _close(a, b, 1e-4)
 
 
 def test_varlen_s_dmask_is_flash_attn_form(dev):
