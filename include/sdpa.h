@@ -295,7 +295,7 @@ SDPA_API sdpa_status sdpa_merge_states(const sdpa_merge_desc *desc);
 
 typedef struct sdpa_kernel_info {
   const char *name;       /* unique, e.g. "cpu_fwd" */
-  const char *op;         /* "fwd", "bwd", "merge" */
+  const char *op;         /* "fwd" or "bwd" */
   sdpa_device device;
   int min_arch, max_arch; /* CUDA compute capability x10 (0 for CPU) */
   const char *dtypes;     /* e.g. "f16,bf16" */

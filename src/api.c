@@ -3,6 +3,7 @@
  * kernel from the registry, run it. Everything else lives behind these calls:
  * validate.c (arguments), registry.c (choice), the backends (work).
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -148,9 +149,17 @@ static const char *dtype_list(unsigned mask) {
 }
 
 /* Feature strings for the info struct must outlive the call: one static
- * string per row, built once (rows are constant). */
+ * string per row, all built once (rows are constant; pthread_once, so
+ * concurrent sdpa_kernel_get calls never see one half written). */
 #define SDPA_FEATURE_TEXT 256
 static char feature_text[128][SDPA_FEATURE_TEXT];
+static pthread_once_t feature_text_once = PTHREAD_ONCE_INIT;
+
+static void feature_text_build(void) {
+  int n = sdpa_registry_count();
+  for (int i = 0; i < n && i < (int)(sizeof feature_text / sizeof feature_text[0]); ++i)
+    sdpa_feature_names(sdpa_registry_row(i)->features, feature_text[i], SDPA_FEATURE_TEXT);
+}
 
 sdpa_status sdpa_kernel_get(int index, sdpa_kernel_info *info) {
   sdpa_clear_error();
@@ -160,7 +169,7 @@ sdpa_status sdpa_kernel_get(int index, sdpa_kernel_info *info) {
   SDPA_CHECK(index < (int)(sizeof feature_text / sizeof feature_text[0]), SDPA_ERR_INTERNAL,
              "index = %d: the registry has more rows than feature_text holds", index);
   const sdpa_kernel_row *row = sdpa_registry_row(index);
-  if (feature_text[index][0] == '\0') sdpa_feature_names(row->features, feature_text[index], SDPA_FEATURE_TEXT);
+  pthread_once(&feature_text_once, feature_text_build);
   info->name = row->name;
   info->op = row->op == SDPA_OP_FWD ? "fwd" : "bwd";
   info->device = row->device;

@@ -37,9 +37,9 @@ static const sdpa_kernel_row rows[] = {
 #include "cuda/registry_rows.h"
 #endif
     {"cpu_fwd", SDPA_OP_FWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0, 0},
+     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0},
     {"cpu_bwd", SDPA_OP_BWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0, 0},
+     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0},
 };
 
 int sdpa_registry_count(void) { return (int)(sizeof rows / sizeof rows[0]); }

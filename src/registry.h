@@ -64,7 +64,6 @@ struct sdpa_kernel_row {
   unsigned features;        /* SDPA_FEAT_* supported */
   sdpa_kernel_run_fn run;
   sdpa_kernel_ws_fn workspace; /* NULL = needs none */
-  int variant;              /* kernel-private index (e.g. instance id) */
   unsigned required;        /* SDPA_FEAT_* the problem must have (0: none; the Hopper
                                backward's bias rows: a bias) */
 };

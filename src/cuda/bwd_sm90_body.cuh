@@ -538,7 +538,9 @@ enum {
   DQO_L = DQO_S + SM_S,
   DQ_SMEM_BYTES = DQO_L + 8 * BM + 1024
 };
-static_assert(!SDPA_BWD_DQ_KERNEL || (BM == BN && TILE == TILE_KV && DQ_SMEM_BYTES <= SMEM_BYTES),
+/* (int): the constants come from different enums (-Wenum-compare) */
+static_assert(!SDPA_BWD_DQ_KERNEL || ((int)BM == (int)BN && (int)TILE == (int)TILE_KV &&
+                                      (int)DQ_SMEM_BYTES <= (int)SMEM_BYTES),
               "the dQ kernel's tiles fit the main kernel's shared memory");
 
 __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, const int feat) {

@@ -7,23 +7,19 @@
  *   static const sdpa_kernel_row cuda_rows[] = {
  *   #include "cuda/registry_rows.h"
  *   };
- *
- * `variant` is left 0: no kernel reads it (a forward row's run function picks
- * its drop or bias kernel, or its _full instance for return_probs and for
- * dropout with bias, itself).
  */
 #define SDPA_DT_F16_ SDPA_DT_F16
 #define SDPA_DT_BF16_ SDPA_DT_BF16
 #define SDPA_DT_F32_ SDPA_DT_F32
 #define SDPA_FWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
-   hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0, 0},
+   hdim_min, bm, bn, SDPA_FWD_SM80_FEATURES, name##_run, NULL, 0},
 /* Hopper forward rows: sm_90 only (wgmma is sm_90a's), and only in a build
  * that compiled them */
 #ifdef SDPA_HAVE_SM90A
 #define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                         \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 90, 90, SDPA_DT_##dtype##_, hdim, hdim_min, bm, bn,  \
-   SDPA_FWD_SM90_FEATURES, name##_run, NULL, 0, 0},
+   SDPA_FWD_SM90_FEATURES, name##_run, NULL, 0},
 #else
 #define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
 #endif
@@ -31,7 +27,7 @@
  * workspace functions */
 #define SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, features)                         \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
-   hdim_min, bm, bn, features, name##_run, name##_workspace, 0, 0},
+   hdim_min, bm, bn, features, name##_run, name##_workspace, 0},
 #define SDPA_BWD_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                          \
   SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_SM80_FEATURES)
 #define SDPA_BWD_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                     \
@@ -40,7 +36,7 @@
 #ifdef SDPA_HAVE_SM90A
 #define SDPA_BWD_SM90_ROW_(name, dtype, hdim_min, hdim, bm, bn, features, required)          \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 90, 90, SDPA_DT_##dtype##_, hdim, hdim_min, bm, bn,  \
-   features, name##_run, name##_workspace, 0, required},
+   features, name##_run, name##_workspace, required},
 #define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                     \
   SDPA_BWD_SM90_ROW_(name, dtype, hdim_min, hdim, bm, bn, SDPA_BWD_SM90_FEATURES, 0)
 /* the bias rows take only problems with a bias (the plain rows above take the rest) */
@@ -54,15 +50,15 @@
 /* decoding rows (added by "decode"): run and workspace functions */
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
-   hdim_min, bm, bn, SDPA_DECODE_FEATURES, name##_run, name##_workspace, 0, 0},
+   hdim_min, bm, bn, SDPA_DECODE_FEATURES, name##_run, name##_workspace, 0},
 /* fp32 tensor-core rows (added by "tf32"): run function only */
 #define SDPA_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                         \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
-   hdim_min, bm, bn, SDPA_FWD_TF32_FEATURES, name##_run, NULL, 0, 0},
+   hdim_min, bm, bn, SDPA_FWD_TF32_FEATURES, name##_run, NULL, 0},
 /* SIMT rows (added by "simt"): every arch from sm_75, every dtype and head dim */
 #define SDPA_SIMT_KERNEL(name, op)                                                           \
   {#name, SDPA_OP_##op, SDPA_DEVICE_CUDA, 75, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0, \
-   16, 32, SDPA_SIMT_##op##_FEATURES, name##_run, name##_workspace, 0, 0},
+   16, 32, SDPA_SIMT_##op##_FEATURES, name##_run, name##_workspace, 0},
 #ifdef SDPA_KERNEL_FILTER
 #include "sdpa_cuda_kernels.def"
 #else
