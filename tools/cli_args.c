@@ -67,8 +67,9 @@ void cli_usage_problem(FILE *f, const char *cmd) {
             "\n"
             "Builds one attention problem from the flags with random inputs (the seed is\n"
             "printed), runs a warm-up and --iters timed calls (median; TFLOP/s counted as\n"
-            "4*b*h*s_q*s_k*d, halved when causal), then checks the outputs against the\n"
-            "double-precision oracle: 2 x the error of storage-dtype math + atol, NaN\n"
+            "2*(d+d_v) per (query, key) pair the mask keeps, times b*h), then checks the\n"
+            "outputs against the double-precision oracle: 2 x the error of storage-dtype\n"
+            "math + atol, NaN\n"
             "never passes; large problems check a random subset of (batch, kv-head)\n"
             "slices (and of a huge slice its last query rows), said in the output.\n"
             "With no flags: b=2 s=1024 h=16 d=128 bf16 causal on the CPU, b=4 s=4096 on\n"
@@ -249,6 +250,27 @@ static int resolve(const char *cmd, cli_opts *o) {
   return CLI_OK;
 }
 
+/* Flags that contradict each other (or a flag given twice): refused, never
+ * resolved silently by their order. */
+static int contradiction(const char *cmd, const unsigned char seen[NFLAGS]) {
+  static const flag_id pairs[][2] = {
+      {F_CAUSAL, F_NO_CAUSAL}, {F_SEQLEN, F_SEQLEN_Q}, {F_SEQLEN, F_SEQLEN_K}};
+  for (int f = 0; f < NFLAGS; ++f)
+    if (seen[f] > 1) return usage_error(cmd, "%s given twice%s", flags[f].name, "");
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; ++k) {
+    const flag_def *a = NULL, *b = NULL;
+    for (int f = 0; f < NFLAGS; ++f) {
+      if (flags[f].id == pairs[k][0] && seen[f]) a = &flags[f];
+      if (flags[f].id == pairs[k][1] && seen[f]) b = &flags[f];
+    }
+    if (a && b)
+      return usage_error(cmd, "%s and %s contradict each other: give one (--seqlen sets the query"
+                         " and key lengths; --seqlen-q / --seqlen-k set one each)", a->name,
+                         b->name);
+  }
+  return CLI_OK;
+}
+
 int cli_parse(const char *cmd, int argc, char **argv, cli_opts *o) {
   memset(o, 0, sizeof *o);
   o->dtype = SDPA_DTYPE_BF16;
@@ -260,6 +282,7 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_opts *o) {
   o->device = -1;
   o->check = 1;
   int run = !strcmp(cmd, "run");
+  unsigned char seen[NFLAGS] = {0};
   for (int i = 0; i < argc; ++i) {
     const char *arg = argv[i];
     const char *eq = strncmp(arg, "--", 2) ? NULL : strchr(arg, '=');
@@ -290,6 +313,7 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_opts *o) {
     } else if (eq) {
       return usage_error(cmd, "%s takes no value%s", fd->name, "");
     }
+    if (seen[fd - flags] < 2) ++seen[fd - flags];
     if (set_flag(fd, val, o)) {
       char what[160];
       snprintf(what, sizeof what, "%s: %s", fd->arg, fd->help);
@@ -297,6 +321,7 @@ int cli_parse(const char *cmd, int argc, char **argv, cli_opts *o) {
       return CLI_USAGE;
     }
   }
+  if (contradiction(cmd, seen) != CLI_OK) return CLI_USAGE;
   return resolve(cmd, o);
 }
 

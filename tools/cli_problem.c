@@ -70,8 +70,17 @@ static void fill_normal(cli_tensor *x, uint64_t seed, uint64_t stream, int nthre
 static int alloc(cli_tensor *x, sdpa_dtype dtype, int rank, int64_t s0, int64_t s1, int64_t s2,
                  int64_t s3) {
   int64_t shape[4] = {s0, s1, s2, s3};
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
+  int64_t n = 1, bytes;
+  for (int i = 0; i < rank; ++i) {
+    /* the library's limits, said as such (not as a failed allocation) */
+    if (shape[i] > INT64_C(2147483647) || __builtin_mul_overflow(n, shape[i], &n) ||
+        __builtin_mul_overflow(n, (int64_t)sdpa_dtype_size(dtype), &bytes)) {
+      fprintf(stderr, "sdpa: a tensor of %lld x %lld x %lld x %lld elements: too large (dimensions"
+              " are 32-bit in the kernels, sizes must fit in int64)\n", (long long)s0,
+              (long long)s1, (long long)s2, (long long)s3);
+      return CLI_USAGE;
+    }
+  }
   x->bytes = (size_t)n * sdpa_dtype_size(dtype);
   void *p = malloc(x->bytes ? x->bytes : 1);
   if (!p) {
@@ -353,20 +362,34 @@ int cli_problem_download(cli_problem *P, int bwd) {
 #endif
 }
 
+/* (query, key) pairs the mask keeps in a sequence of lengths (sq, sk):
+ * include/sdpa.h's rule, i + off - left <= j <= i + off + right. */
+static double visible_pairs(const cli_opts *o, int64_t sq, int64_t sk) {
+  const int64_t off = o->align == SDPA_ALIGN_BOTTOM_RIGHT ? sk - sq : 0;
+  const int64_t left = o->window ? o->window_left : -1;
+  const int64_t right = o->causal ? 0 : o->window ? o->window_right : -1;
+  double n = 0;
+  for (int64_t i = 0; i < sq; ++i) {
+    int64_t lo = left >= 0 && i + off - left > 0 ? i + off - left : 0;
+    int64_t hi = right >= 0 && i + off + right + 1 < sk ? i + off + right + 1 : sk;
+    if (hi > lo) n += (double)(hi - lo);
+  }
+  return n;
+}
+
 double cli_problem_flops(const cli_problem *P) {
   const cli_opts *o = &P->o;
   double pairs = 0;
   for (int64_t i = 0; i < o->b; ++i) {
-    double sq = (double)o->s_q, sk = (double)o->s_k;
+    int64_t sq = o->s_q, sk = o->s_k;
     if (P->cu_q.t.data) {
       const int32_t *cq = (const int32_t *)P->cu_q.t.data, *ck = (const int32_t *)P->cu_k.t.data;
       sq = cq[i + 1] - cq[i];
       sk = ck[i + 1] - ck[i];
     } else if (P->cache_seqlens.t.data) {
-      sk = (double)((const int32_t *)P->cache_seqlens.t.data)[i] + (double)o->new_kv;
+      sk = (int64_t)((const int32_t *)P->cache_seqlens.t.data)[i] + o->new_kv;
     }
-    pairs += sq * sk;
+    pairs += visible_pairs(o, sq, sk);
   }
-  double f = 2.0 * pairs * (double)o->h * (double)(o->d + o->d_v);
-  return o->causal ? f / 2 : f;
+  return 2.0 * pairs * (double)o->h * (double)(o->d + o->d_v);
 }

@@ -173,7 +173,7 @@ int cli_cmd_run(int argc, char **argv) {
     goto fail;
   printf("forward:  %.3f ms median of %d, %.3f TFLOP/s", 1e3 * med, o.iters, flops / med * 1e-12);
   if (o.cache >= 0) printf(", %.1f GB/s of K/V", kv_bytes(&P) / med * 1e-9);
-  printf("   (FLOPs 4*b*h*s_q*s_k*d%s)\n", o.causal ? "/2, causal" : "");
+  printf("   (FLOPs 2*(d+d_v) per (query, key) pair the mask keeps, times b*h)\n");
   if (cli_problem_download(&P, 0) != CLI_OK) goto fail;
   int pass = 1;
   if (o.check) pass &= cli_check(&P, 0) == CLI_OK;
