@@ -1,10 +1,10 @@
 """GPU benchmark: sdpa against torch SDPA's FLASH, CUDNN and EFFICIENT backends
-in one process, on the same inputs (DESIGN.md section 9).
+in one process, on the same inputs (docs/design.md §8).
 
 Grid: bf16, d in {64, 128, 256}, s in {512 .. 16k} with b*s = 16k and
 h*d = 2048, causal on and off. FLOPs: forward 4*b*h*s_q*s_k*d (halved when
 causal); backward 2.5x that. Writes bench/results/<date>-<gpu>.json (schema of
-DESIGN.md section 9) and a markdown table beside it, and prints the table.
+docs/design.md §8) and a markdown table beside it, and prints the table.
 
   python3 bench/bench.py [--ops fwd,bwd] [--quick]
   python3 bench/bench.py --dropout P   the cost of dropout (suffix -dropout)

@@ -1,5 +1,5 @@
 """Decoding benchmark: sdpa's split-KV KV-cache forward against torch SDPA's
-FLASH and CUDNN backends on the same contiguous problem (DESIGN.md section 9).
+FLASH and CUDNN backends on the same contiguous problem (docs/design.md §8).
 
 Problem: bf16, GQA 32 query heads / 8 kv heads, d = 128, one new query per
 sequence (s_q = 1), every sequence with a full cache of L tokens; batch in

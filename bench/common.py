@@ -1,5 +1,5 @@
 """Shared pieces of the benchmarks: locating the sdpa package, the results file
-(DESIGN.md section 9 schema), GPU timing with CUDA events, and the A/B scripts'
+(docs/design.md §8 schema), GPU timing with CUDA events, and the A/B scripts'
 swap of one libsdpa build for another in the same process (--libs).
 
 Timing rule (METHOD.md): warm up, then time `reps` back-to-back calls between

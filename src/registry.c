@@ -1,5 +1,5 @@
 /*
- * registry.c - the kernel table and dispatch (DESIGN.md section 6). Rows are
+ * registry.c - the kernel table and dispatch (docs/design.md §5). Rows are
  * in preference order: CUDA rows (from src/cuda/kernels.def through
  * cuda/registry_rows.h) first, then the CPU backend, which covers every valid
  * problem on its device. One rule, row_check, decides support; dispatch tests

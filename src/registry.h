@@ -1,5 +1,5 @@
 /*
- * registry.h - the kernel table of DESIGN.md section 6. Each row says what a
+ * registry.h - the kernel table of docs/design.md §5. Each row says what a
  * kernel covers (op, device, arch range, dtypes, head-dim range, features,
  * alignment) and how to run it; dispatch takes the first row, in preference
  * order, that supports the problem, and the same function that decides

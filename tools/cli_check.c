@@ -1,7 +1,7 @@
 /*
  * cli_check.c - the check of `sdpa run`: the outputs the library wrote are
  * compared with the double-precision oracle (tests/ref) on the same inputs,
- * under the tolerance rule of DESIGN.md section 8 (tests/common/harness.h):
+ * under the tolerance rule of docs/design.md §7 (tests/common/harness.h):
  *     max |o - r| <= 2 * max |l - r| + atol(dtype) * max(1, max |r|)
  * with r the exact oracle and l the oracle with storage-dtype math (lowp = 1);
  * NaN never passes. (The atol term is scaled by the tensor's magnitude here so

@@ -20,11 +20,11 @@
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
- * Structure (DESIGN.md section 7, decoding): block = (key split, query
+ * Structure (docs/design.md §6, decoding): block = (key split, query
  * block, batch, kv head). Its rows are the query rows of ALL h / h_k heads
  * of the kv head, packed row r = i * group + head-in-group (GQA packing), so
  * every K/V byte of the split is read once for the whole group. Q (rotated
- * at cache_seqlens[b] + i for the cache layout) goes through shared memory
+ * at sdpa_rotary_q_pos for the cache layout) goes through shared memory
  * into mma fragments once. The split's 16-key tiles are dealt round-robin
  * to the warps; each warp streams its own tiles through a private
  * two- or three-stage cp.async ring (K and V of a tile in one group), so the main

@@ -21,7 +21,7 @@
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
- * Structure (DESIGN.md section 7): one block = BLOCK_M query rows of one
+ * Structure (docs/design.md §6): one block = BLOCK_M query rows of one
  * (batch, head); each warp owns BLOCK_M / WARPS rows (1 or 2 m16 tiles). Q is
  * copied to shared memory once (and into registers when they fit: Q_REGS);
  * K and V tiles stream through shared memory with cp.async, V of step n

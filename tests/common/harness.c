@@ -1,7 +1,7 @@
 /*
  * harness.c - the shared C test harness declared in harness.h: the seeded
  * xoshiro256** generator, poisoned host tensors of any strides, the
- * oracle comparison with the tolerance rule of DESIGN.md section 8, and the
+ * oracle comparison with the tolerance rule of docs/design.md §7, and the
  * pass/fail counters behind "N passed, N failed".
  */
 #include "harness.h"

@@ -2,7 +2,7 @@
  * harness.h - what every C test shares: a seeded RNG (the seed is printed, and
  * SDPA_TEST_SEED=<n> replays it), host tensors that own their memory and start
  * poisoned (NaN), checks against the double-precision oracle with the
- * tolerance rule of DESIGN.md section 8 (and its atol for lse and for
+ * tolerance rule of docs/design.md §7 (and its atol for lse and for
  * gradients), and pass/fail counting that ends in the summary line
  * "N passed, N failed".
  *

@@ -583,7 +583,7 @@ static void run_merge(sdpa_dtype parts_dt, sdpa_dtype out_dt, int64_t n, int64_t
   mc.lse = clo;
   sdpa_status stc = sdpa_merge_states(&mc);
   /* a 16-bit out_dt: the CPU merge in fp32 too, the reference, with the
-   * out_dt one as the rounded result (DESIGN.md section 8's rule), so one
+   * out_dt one as the rounded result (docs/design.md §7's rule), so one
    * rounding of a 16-bit output that lands on the other side of a tie does not
    * fail the check (an fp32 out_dt is checked against the first CPU merge) */
   sdpa_tensor cf = test_alloc(SDPA_DTYPE_F32, 3, so);

@@ -65,7 +65,7 @@ def torch_math(q, k, v, causal=False, scale=None, bias=None):
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k.repeat_interleave(h // hk, 2),
                                               v.repeat_interleave(h // hk, 2)))
     # Since torch 2.5 the math backend upcasts fp16/bf16 to fp32 unless told
-    # otherwise; DESIGN.md section 8 wants math *in the storage dtype* (as
+    # otherwise; docs/design.md §7 wants math *in the storage dtype* (as
     # flash_attn's tests' upcast=False reference), so allow the reduced math
     # for this call (the autograd graph it records is then in that dtype too).
     allow = getattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp", None)
@@ -85,7 +85,7 @@ def torch_math(q, k, v, causal=False, scale=None, bias=None):
 
 def assert_close(got, ref64, lowp, dtype, what):
     err = (got.double() - ref64).abs().max().item()
-    # DESIGN.md section 8: the bound derives from the storage dtype's own error,
+    # docs/design.md §7: the bound derives from the storage dtype's own error,
     # the larger of torch's math backend and the rounding of the exact result
     # (an output stored in bf16 cannot beat half an ulp of its largest element).
     rounded = ref64.to(dtype).double()

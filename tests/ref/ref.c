@@ -11,7 +11,7 @@
  * problem's dout tensor.
  *
  * Written for clarity, not speed, and from the contract in include/sdpa.h and
- * DESIGN.md section 4 alone: it reads nothing of src/ but the fields of
+ * docs/design.md §2 alone: it reads nothing of src/ but the fields of
  * sdpa_problem (no shared geometry, mask or Philox helpers), so a mistake in
  * those helpers cannot hide in both places. Per (sequence, kv head) the keys and
  * values are first gathered into dense double arrays ("where does key j live"

@@ -1,6 +1,6 @@
 /*
  * ref.h - the double-precision oracle: a plain, obviously-correct
- * implementation of the contract in include/sdpa.h (DESIGN.md section 4),
+ * implementation of the contract in include/sdpa.h (docs/design.md §2),
  * written separately from the CPU backend (it shares no code with src/ beyond
  * the sdpa_problem struct that describes the inputs, and has its own Philox).
  *
