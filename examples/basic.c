@@ -48,7 +48,7 @@ int main(void) {
          out[2], out[3], v[0], v[1], v[2], v[3]);
   printf("lse[0,0,1] = %.4f\n", lse[1]);
 
-  char why[2048];
+  char why[16384]; /* the whole registry's reasons; a shorter buffer ends "(truncated ...)" */
   sdpa_explain_fwd(&desc, why, sizeof why);
   printf("%s", why);
 

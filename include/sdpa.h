@@ -309,8 +309,9 @@ SDPA_API int sdpa_kernel_count(void);
 SDPA_API sdpa_status sdpa_kernel_get(int index, sdpa_kernel_info *info);
 
 /* Writes (NUL-terminated, truncated to buf_size) which kernel the descriptor
- * would run and, for every other kernel of the op, why not. Validates first:
- * a refused descriptor leaves "" in buf (any buf with buf_size >= 1). */
+ * would run and, for every other kernel of the op, why not; a cut text ends
+ * with a line saying so (16 KB holds every row of a full build). Validates
+ * first: a refused descriptor leaves "" in buf (any buf with buf_size >= 1). */
 SDPA_API sdpa_status sdpa_explain_fwd(const sdpa_fwd_desc *desc, char *buf, size_t buf_size);
 SDPA_API sdpa_status sdpa_explain_bwd(const sdpa_bwd_desc *desc, char *buf, size_t buf_size);
 

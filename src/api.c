@@ -194,15 +194,26 @@ static void describe(const sdpa_problem *p, char *buf, size_t n) {
            (long long)p->d, (long long)p->d_v, p->device == SDPA_DEVICE_CUDA ? "CUDA" : "CPU", feats);
 }
 
-/* Appends formatted text to buf (n bytes, NUL-terminated, truncating). */
+/* Appends formatted text to buf (n bytes, NUL-terminated, truncating); *used
+ * becomes n when something did not fit. */
 static void append(char *buf, size_t n, size_t *used, const char *fmt, ...) SDPA_PRINTF(4, 5);
 static void append(char *buf, size_t n, size_t *used, const char *fmt, ...) {
-  if (*used + 1 >= n) return;
+  if (*used + 1 >= n) {
+    *used = n;
+    return;
+  }
   va_list ap;
   va_start(ap, fmt);
   int w = vsnprintf(buf + *used, n - *used, fmt, ap);
   va_end(ap);
-  if (w > 0) *used = *used + (size_t)w < n ? *used + (size_t)w : n - 1;
+  if (w > 0) *used = *used + (size_t)w < n ? *used + (size_t)w : n;
+}
+
+/* A cut explanation says so at its end (instead of stopping mid-word). */
+static void mark_truncated(char *buf, size_t n, size_t used) {
+  static const char note[] = "\n... (truncated: a larger buffer holds the rest)\n";
+  if (used < n || n < sizeof note) return;
+  memcpy(buf + n - sizeof note, note, sizeof note);
 }
 
 static sdpa_status explain(const sdpa_problem *p, sdpa_op op, char *buf, size_t n) {
@@ -234,6 +245,7 @@ static sdpa_status explain(const sdpa_problem *p, sdpa_op op, char *buf, size_t 
     else
       append(buf, n, &used, "  %-28s could run; an earlier row is preferred\n", row->name);
   }
+  mark_truncated(buf, n, used);
   return st;
 }
 

@@ -1057,6 +1057,12 @@ static void test_explain(void) {
               (unsigned)(unsigned char)buf[0]);
   d = fwd_dense();
   TEST_EXPECT_ERROR(sdpa_explain_fwd(&d, NULL, 0), SDPA_ERR_INVALID_ARGUMENT, "buf");
+  /* a buffer too small for the text: it ends saying it was cut */
+  char small[96];
+  st = sdpa_explain_fwd(&d, small, sizeof small);
+  TEST_EXPECT(st == SDPA_OK && strstr(small, "(truncated: a larger buffer holds the rest)\n") &&
+                  strlen(small) == sizeof small - 1,
+              "explain into 96 bytes: status %d, text '%s'", (int)st, small);
 }
 
 int main(void) {

@@ -18,16 +18,27 @@ project(consumer C)
 find_package(sdpa REQUIRED)
 add_executable(basic basic.c)
 target_link_libraries(basic PRIVATE sdpa::sdpa m)
+add_executable(basic_static basic.c)
+target_link_libraries(basic_static PRIVATE sdpa::sdpa_static m)
 CM
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/cfg.log"
 cmake --build "$work/consumer/build" > "$work/build.log"
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/consumer/build/basic" > /dev/null
-echo "find_package(sdpa) consumer: ok"
+echo "find_package(sdpa) consumer, shared: ok"
+"$work/consumer/build/basic_static" > /dev/null
+echo "find_package(sdpa) consumer, static: ok"
+n=2
 
 if command -v pkg-config > /dev/null; then
-  flags=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs sdpa)
-  ${CC:-cc} "$src/examples/basic.c" $flags -lm -o "$work/basic_pc"
+  pc() { PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config "$@" sdpa; }
+  ${CC:-cc} "$src/examples/basic.c" $(pc --cflags --libs) -lm -o "$work/basic_pc"
   LD_LIBRARY_PATH="$work/prefix/lib" "$work/basic_pc" > /dev/null
-  echo "pkg-config consumer: ok"
+  echo "pkg-config consumer, shared: ok"
+  # libsdpa.a itself (-lsdpa would take the .so), with the private libraries
+  libs=$(pc --static --libs | sed "s#-lsdpa#$work/prefix/lib/libsdpa.a#")
+  ${CC:-cc} "$src/examples/basic.c" $(pc --cflags) $libs -lm -o "$work/basic_pc_static"
+  "$work/basic_pc_static" > /dev/null
+  echo "pkg-config consumer, static: ok"
+  n=4
 fi
-echo "1 passed, 0 failed"
+echo "$n passed, 0 failed"
