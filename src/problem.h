@@ -115,8 +115,9 @@ typedef struct sdpa_problem {
 
 #define SDPA_LOG2E 1.4426950408889634f
 #define SDPA_LN2 0.6931471805599453f
-/* A window side this wide never restricts a row (lengths are < 2^31 and the
- * kernels compare int j - i against it); -1 (unbounded) becomes it too. */
+/* The widest window side the kernels hold (as an int): validation folds a
+ * side of at least the longest length to -1 and refuses wider ones that still
+ * restrict, so a side above this is never a real bound; -1 becomes it too. */
 #define SDPA_WINDOW_UNBOUNDED 0x40000000
 
 /* The exp2-domain score multipliers every CUDA kernel uses: without softcap

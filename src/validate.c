@@ -32,10 +32,6 @@
 
 /* Dimensions are 32-bit inside the kernels (grid sizes, Philox counter words). */
 #define DIM_MAX INT64_C(2147483647)
-/* A window this wide never restricts a row whose lengths fit in DIM_MAX (the
- * mask compares i + off +- window with 0 and s_k, |i + off| < 2^32), so it is
- * folded to -1 and kernels never add it to an index. */
-#define WINDOW_UNBOUNDED INT64_C(4294967296)
 
 /* ---- tensors ---------------------------------------------------------------- */
 
@@ -238,8 +234,8 @@ static sdpa_status check_attn_scalars(const sdpa_attn *a, sdpa_problem *p) {
   p->softcap = a->softcap;
   p->bottom_right = a->align == SDPA_ALIGN_BOTTOM_RIGHT;
   /* causal = window (-1, 0), FlashAttention's rule: a given left bound stays. */
-  p->window_left = a->window_left >= WINDOW_UNBOUNDED ? -1 : a->window_left;
-  p->window_right = a->causal ? 0 : a->window_right >= WINDOW_UNBOUNDED ? -1 : a->window_right;
+  p->window_left = a->window_left; /* folded in finish_common, once the lengths are known */
+  p->window_right = a->causal ? 0 : a->window_right;
   p->dropout_p = a->dropout_p;
   p->seed = a->dropout_seed;
   p->offset = (uint32_t)a->dropout_offset;
@@ -777,8 +773,28 @@ static sdpa_status check_layout_fields(const sdpa_fwd_desc *desc, const sdpa_att
 
 /* ---- forward ---------------------------------------------------------------------- */
 
+/* A window side of at least the longest length never restricts a row (the
+ * mask keeps i + off - left <= j <= i + off + right, and i + off lies in
+ * [min(0, s_k - s_q), max(s_q, s_k)) ): it is folded to -1 (unbounded). The
+ * kernels hold a side as an int up to SDPA_WINDOW_UNBOUNDED (problem.h); a
+ * wider one that still restricts (sequences longer than that) is refused. */
+static sdpa_status fold_window(sdpa_problem *p) {
+  const int64_t longest = p->s_q > p->s_k ? p->s_q : p->s_k;
+  int64_t *side[2] = {&p->window_left, &p->window_right};
+  static const char *const name[2] = {"attn.window_left", "attn.window_right"};
+  for (int i = 0; i < 2; ++i) {
+    if (*side[i] >= longest) *side[i] = -1;
+    if (*side[i] > SDPA_WINDOW_UNBOUNDED)
+      return sdpa_fail(UNSUP, "%s = " D64 ": expected <= %d with sequences of up to " D64
+                       " rows (wider windows are unbounded only past the longest length)",
+                       name[i], *side[i], SDPA_WINDOW_UNBOUNDED, longest);
+  }
+  return SDPA_OK;
+}
+
 static sdpa_status finish_common(sdpa_problem *p, const sdpa_attn *a) {
   p->scale = a->scale != 0.0f ? a->scale : (float)(1.0 / sqrt((double)p->d));
+  SDPA_TRY(fold_window(p));
   if (p->dropout_p > 0.0f && p->b * p->h > INT64_C(4294967296))
     return sdpa_fail(UNSUP, "b * h = " D64 ": expected <= 2^32 with dropout (batch * h + head is"
                      " a 32-bit Philox counter word)", p->b * p->h);

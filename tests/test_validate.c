@@ -393,6 +393,19 @@ static void test_scalars(void) {
   bd = bwd_dense();
   bd.attn.window_left = -3;
   BWD_ERR(bd, INV, "attn.window_left = -3");
+
+  /* a window side of at least the longest length (SK = 5) never restricts: unbounded */
+  sdpa_problem p;
+  sdpa_fwd_desc w = fwd_dense();
+  w.attn.window_left = SK;
+  w.attn.window_right = INT64_C(1) << 40;
+  TEST_EXPECT(sdpa_validate_fwd(&w, &p) == SDPA_OK && p.window_left == -1 && p.window_right == -1,
+              "windows (5, 2^40) over lengths (3, 5): folded to (%lld, %lld), want (-1, -1)",
+              (long long)p.window_left, (long long)p.window_right);
+  w.attn.window_left = SK - 1;
+  TEST_EXPECT(sdpa_validate_fwd(&w, &p) == SDPA_OK && p.window_left == SK - 1,
+              "window_left 4 over lengths (3, 5) restricts: kept, got %lld",
+              (long long)p.window_left);
 }
 
 /* ---- tensor structure: data, rank, dtype, shapes, strides, overflow ------------------ */
