@@ -20,7 +20,7 @@
 
 #include "../problem.h"
 #include "bwd_scores.cuh"
-#include "bwd_sm80_common.cuh"
+#include "bwd_common.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh"
 
@@ -131,7 +131,7 @@ __device__ __forceinline__ void bwd_dbias_dst_at(bwd_dbias_dst *db, uint32_t sdb
 /* bwd_p_ds for the bias kernels: the problem's score features and dropout
  * when it has any, else the bias-only forms, unmasked (full) or masked. */
 __device__ __forceinline__ void bwd_p_ds_bias_forms(float (*ss)[4], float (*sp)[4], const int nqn,
-                                                    const sdpa_bwd_sm80_params *prm,
+                                                    const sdpa_bwd_params *prm,
                                                     const float *lse_t, const float *dd_t, int b,
                                                     int hh, int j_lo, int q0, int lane, int sq,
                                                     int sk, int off, uint32_t keep_bits,
@@ -151,7 +151,7 @@ __device__ __forceinline__ void bwd_p_ds_bias_forms(float (*ss)[4], float (*sp)[
 
 /* dbias of the query blocks key block kf skips (its masks) is zero, for
  * every query head of kv head hk's group. */
-__device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_sm80_params *prm,
+__device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_params *prm,
                                                        const bwd_kframe kf, int b, int hk,
                                                        int tid) {
   if (!prm->has_dbias || kf.n0 >= kf.sk) return;

@@ -52,7 +52,7 @@ __device__ __forceinline__ void bwd_st_pair(uint16_t *row, int c, int d, uint32_
  * m16n8 layout (row g + 8 hf of the warp's 16; columns col0 + 8 dt + 2 t, + 1
  * for dt < ntiles, a literal), clipped to the head dim; nothing for j >= fk
  * (the sequence's full key length: rows past seqused_k get their zeros). */
-__device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_sm80_params *prm, int b, int hk,
+__device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_params *prm, int b, int hk,
                                                  int j, int fk, float (*dk)[4], float (*dv)[4],
                                                  const int ntiles, int col0, int hf, int t) {
   const sdpa_problem *p = &prm->p;

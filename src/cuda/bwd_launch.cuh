@@ -32,7 +32,7 @@
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
 /* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
-extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constant__ sdpa_bwd_params prm) {
   const sdpa_problem *p = &prm.p;
   const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
   const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
 }
 
 /* ---- post: dQ = scale * accumulator, in the input dtype ------------------------------ */
-extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_constant__ sdpa_bwd_sm80_params prm) {
+extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_constant__ sdpa_bwd_params prm) {
   const sdpa_problem *p = &prm.p;
   const int l8 = threadIdx.x & 7, b = blockIdx.z, hh = blockIdx.y;
   const int64_t i = (int64_t)blockIdx.x * 32 + (threadIdx.x >> 3);
@@ -94,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
  * the signature only. */
 #define SDPA_BWD_MAIN(kname)                                                                      \
   extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                       \
-      kname(const __grid_constant__ sdpa_bwd_sm80_params prm)
+      kname(const __grid_constant__ sdpa_bwd_params prm)
 #if SDPA_BWD_BIAS
 SDPA_BWD_MAIN(SDPA_KMAIN) { bwd_body(&prm, 2, 0); }
 SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 2, 1); }
@@ -107,7 +107,7 @@ SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
 #if SDPA_BWD_DQ_KERNEL /* the deterministic mode's dQ kernels (the Hopper body's d split) */
 SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
 SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)) { bwd_dq_body(&prm, 1); }
-static void (*const SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd_sm80_params) = {
+static void (*const SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd_params) = {
     SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel), SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)};
 #endif
 #undef SDPA_BWD_MAIN
@@ -117,11 +117,11 @@ static void (*const SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bw
 /* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
 #if SDPA_BWD_BIAS
 enum { NKERNELS = 2 };
-static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {SDPA_KMAIN,
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {SDPA_KMAIN,
                                                                               SDPA_KMAIN_DET};
 #else
 enum { NKERNELS = 4 };
-static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_sm80_params) = {
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
     SDPA_KMAIN, SDPA_KFEAT, SDPA_KMAIN_DET, SDPA_KFEAT_DET};
 #endif
 #if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
@@ -141,7 +141,7 @@ extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   return bwd_workspace_layout(p, HD, SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
 }
 
-static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_sm80_params *prm) {
+static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *prm) {
   const sdpa_problem *p = &prm->p;
   cudaStream_t stream = (cudaStream_t)p->stream;
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
@@ -195,7 +195,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   const int nsplit = SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p);
   const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
 
-  sdpa_bwd_sm80_params prm;
+  sdpa_bwd_params prm;
   prm.p = *p;
   const int softcap = p->softcap > 0.f;
   sdpa_score_consts(p, &prm.score_mul, &prm.softcap_post);

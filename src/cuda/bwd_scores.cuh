@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "../common/philox.h"
-#include "bwd_sm80_common.cuh"
-#include "fwd_sm80_common.cuh"
+#include "bwd_common.cuh"
+#include "fwd_common.cuh"
 #include "ptx_mma.cuh" /* pack_bf16x2, pack_f16x2 */
 
 /* Where bwd_p_ds puts the dbias of element (nq, e) (16-bit kernels' bias
@@ -51,7 +51,7 @@ __device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) 
  * instructions an element; bench/NOTES.md); the score-feature kernels pass
  * the problem's flags. */
 __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const int nqn,
-                                         const sdpa_bwd_sm80_params *prm, const float *lse_t,
+                                         const sdpa_bwd_params *prm, const float *lse_t,
                                          const float *dd_t, int b, int hh, int j_lo, int q0,
                                          int lane, int sq, int sk, int off, uint32_t keep_bits,
                                          const uint32_t (*bv)[2], const bwd_dbias_dst *db,
@@ -132,7 +132,7 @@ __device__ __forceinline__ uint32_t bwd_keep_bits(const sdpa_problem *p, uint32_
  * feature kernel the general one (dropout only where the body can run it:
  * drop_ok, a literal). */
 __device__ __forceinline__ void bwd_p_ds_forms(float (*ss)[4], float (*sp)[4], const int nqn,
-                                               const sdpa_bwd_sm80_params *prm, const float *lse_t,
+                                               const sdpa_bwd_params *prm, const float *lse_t,
                                                const float *dd_t, int b, int hh, int j_lo, int q0,
                                                int lane, int sq, int sk, int off,
                                                uint32_t keep_bits, const int feat, int full,

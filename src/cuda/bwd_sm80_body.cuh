@@ -18,7 +18,7 @@
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom.
  *
- * Three launches on the caller's stream (workspace: bwd_sm80_common.cuh;
+ * Three launches on the caller's stream (workspace: bwd_common.cuh;
  * pre, post and the host side: bwd_launch.cuh, shared with the fp32 body):
  *   pre   D_i = rowsum(dO_i * O_i), lse2 = lse * log2(e), dQ accumulator = 0
  *   main  one block per (key block, kv head, batch): K and V of BLOCK_N keys
@@ -66,8 +66,8 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "bwd_scores.cuh"
-#include "bwd_sm80_common.cuh"
-#include "fwd_sm80_common.cuh" /* fast_exp2, fast_tanh_pre, SDPA_LOG2E */
+#include "bwd_common.cuh"
+#include "fwd_common.cuh" /* fast_exp2, fast_tanh_pre, SDPA_LOG2E */
 #include "ptx_atomic.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh"
@@ -217,7 +217,7 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
  * walks this block's key blocks (deterministic mode), det 0 does one. Four
  * kernels keep the common one's registers and code free of what it does not
  * use (d = 128 is at 255 registers; bench/NOTES.md). */
-__device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
   extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm->p;

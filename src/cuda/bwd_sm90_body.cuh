@@ -46,7 +46,7 @@
  * the barrier that precedes the wgmma reading them.
  * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window in both alignments, alibi, softcap, dropout, GQA / MQA,
- * deterministic mode (bwd_sm80_common.cuh's dQ slices; with the d split, d
+ * deterministic mode (bwd_common.cuh's dQ slices; with the d split, d
  * = 256, no dQ here and a dQ kernel, bwd_dq_body); in the bias rows
  * an additive bias with dbias too: the step's [BM, BN] bias tile comes by
  * cp.async with Q / dO (double-buffered) and is read by ldmatrix.trans in
@@ -62,7 +62,7 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "bwd_scores.cuh"
-#include "bwd_sm80_common.cuh"
+#include "bwd_common.cuh"
 #include "ptx_atomic.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
@@ -247,7 +247,7 @@ __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t
 
 /* acc (dq_issue's, complete) added to the fp32 accumulator (rows past sq
  * skipped). */
-__device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float (*acc)[4], int rb,
+__device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
                                           int cc, int m0, int sq, int64_t q_start, int hh, int wq,
                                           int g, int t) {
   /* (red.global.add.v4 after a lane-pair exchange, one 16-byte reduction a
@@ -265,7 +265,7 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_sm80_params *prm, float
 }
 
 /* dQ[64 rows of block rb, DQN columns of chunk cc] += dS K, on its own. */
-__device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint32_t s_s,
+__device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t s_s,
                                            uint32_t s_k, int rb, int cc, int m0, int sq,
                                            int64_t q_start, int hh, int wq, int g, int t) {
   float acc[DQT][4];
@@ -282,7 +282,7 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_sm80_params *prm, uint
  * and the bias with dbias) and det (deterministic: walk this block's key
  * blocks, dQ into its slice; with the d split one key block a block and no
  * dQ, which bwd_dq_body makes) are literals at each kernel (bwd_launch.cuh). */
-__device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -543,7 +543,7 @@ static_assert(!SDPA_BWD_DQ_KERNEL || ((int)BM == (int)BN && (int)TILE == (int)TI
                                       (int)DQ_SMEM_BYTES <= (int)SMEM_BYTES),
               "the dQ kernel's tiles fit the main kernel's shared memory");
 
-__device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_sm80_params *prm, const int feat) {
+__device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const int feat) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;

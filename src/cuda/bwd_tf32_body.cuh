@@ -89,7 +89,7 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "bwd_scores.cuh"
-#include "bwd_sm80_common.cuh"
+#include "bwd_common.cuh"
 #include "ptx_atomic.cuh"
 #include "ptx_bar.cuh"
 #include "ptx_cp_async.cuh"
@@ -364,7 +364,7 @@ __device__ __forceinline__ void store_ds(const float (*sp)[4], int q, int row16,
  * is visible (past either sequence end, or j - i - off outside the window
  * band [-wl, wr] over the whole rectangle: the rule of bwd_query_blocks), 2
  * if every pair is, else 1. */
-__device__ __forceinline__ int tile_vis(const sdpa_bwd_sm80_params *prm, int j0, int nj, int i0,
+__device__ __forceinline__ int tile_vis(const sdpa_bwd_params *prm, int j0, int nj, int i0,
                                         int ni, int sq, int sk, int off) {
   const int64_t lo = (int64_t)j0 - (i0 + ni - 1) - off, hi = (int64_t)j0 + nj - 1 - i0 - off;
   if (j0 >= sk || i0 >= sq || hi < -(int64_t)prm->wl || lo > (int64_t)prm->wr) return 0;
@@ -378,7 +378,7 @@ __device__ __forceinline__ int tile_vis(const sdpa_bwd_sm80_params *prm, int j0,
  * to the dQ accumulator rows from dq_row (query m0, head hh; rows `rs`
  * apart): warp unit u = (RT row tiles, one 32-column group), 64 keys a
  * chunk; chunks with no visible pair (dS = 0) are skipped. */
-__device__ __forceinline__ void gemm_dq(const sdpa_bwd_sm80_params *prm, float *dq_row, int64_t rs,
+__device__ __forceinline__ void gemm_dq(const sdpa_bwd_params *prm, float *dq_row, int64_t rs,
                                         int n0, int m0, int sq, int sk, int off, int warp,
                                         const tfb_lane *L) {
   const float *sds = (const float *)(tfb_smem + OFF_S / 4);
@@ -438,7 +438,7 @@ __device__ __forceinline__ void gemm_dq(const sdpa_bwd_sm80_params *prm, float *
  * product it loads under). Rows past the sequence read as zeros: Q and dO
  * rows of zeros give S = dP = 0 there, so with lse2 = D = 0 the rows add
  * nothing to dK / dV and their dS is 0 (and the masks zero them anyway). */
-__device__ __forceinline__ void load_step(const sdpa_bwd_sm80_params *prm, int hh, int mb, int sq) {
+__device__ __forceinline__ void load_step(const sdpa_bwd_params *prm, int hh, int mb, int sq) {
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, b = blockIdx.z, m0 = mb * BM;
   const uint32_t s0 = smem_u32(tfb_smem);
@@ -458,7 +458,7 @@ __device__ __forceinline__ void load_step(const sdpa_bwd_sm80_params *prm, int h
 /* Sub-step qh of a step (queries m0 + qh QS .., this warp's 16 keys from
  * n0 + row16, query head hh): S^T and dP^T (DS = 2: one each, traded), P and
  * dS, dS to shared memory, dV and dK of this warp's columns. */
-__device__ __forceinline__ void sub_step(const sdpa_bwd_sm80_params *prm, const int feat,
+__device__ __forceinline__ void sub_step(const sdpa_bwd_params *prm, const int feat,
                                          const tfb_lane *L, float (*dk)[4][4], float (*dv)[4][4],
                                          int qh, int n0, int m0, int row16, int hh, int step_full,
                                          int sq, int sk, int off) {
@@ -510,7 +510,7 @@ __device__ __forceinline__ void sub_step(const sdpa_bwd_sm80_params *prm, const 
  * its share of dQ (into slice blockIdx.x of the accumulator when
  * deterministic, else slice 0: prm->slice is 0). feat: the score features
  * (softcap, alibi) compiled in. */
-__device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int nblk, const int feat,
+__device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, const int feat,
                                           const tfb_lane *L) {
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, warp = tid >> 5;
@@ -600,7 +600,7 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_sm80_params *prm, int n
 /* feat and det are literals at each kernel. Deterministic: this block owns
  * dQ slice blockIdx.x and walks key blocks blockIdx.x, + gridDim.x, ... in
  * order; otherwise one key block a block, every block adding into slice 0. */
-__device__ __forceinline__ void bwd_body(const sdpa_bwd_sm80_params *prm, const int feat,
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
   const int lane = threadIdx.x & 31;
   tfb_lane L;

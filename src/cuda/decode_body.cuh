@@ -56,7 +56,7 @@
 #include "../problem.h"
 #include "../registry.h"
 #include "decode_common.cuh"
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_griddep.cuh"
 #include "ptx_ldmatrix.cuh"

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "../common/philox.h"
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 
 /* Keep bits of the tile at key n0. In the m16n8 layout the four lanes of a
  * quad share a row and an 8-key block: for the k16 steps (2 pp, 2 pp + 1) of

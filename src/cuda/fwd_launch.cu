@@ -2,7 +2,7 @@
  * fwd_launch.cu - the host half of the mma.sync forwards' launch, one copy
  * for every instance of fwd_sm80_body.cuh and fwd_tf32_body.cuh: the grid of
  * a problem (query blocks x heads x batch, checked against CUDA's limits),
- * the kernel parameters the host folds from it (sdpa_fwd_sm80_params:
+ * the kernel parameters the host folds from it (sdpa_fwd_params:
  * exp2-domain multipliers, softcap, dropout scale, feature flags), and the
  * launch (shared-memory opt-in, cudaLaunchKernel, its error; also the Hopper
  * forward's, whose parameters add tensor maps).
@@ -13,10 +13,10 @@
 
 #include "../error.h"
 #include "../registry.h"
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 
 extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
-                                            sdpa_fwd_sm80_params *prm, dim3 *grid) {
+                                            sdpa_fwd_params *prm, dim3 *grid) {
   const int64_t m_blocks = (p->s_q + bm - 1) / bm;
   if (m_blocks > 0x7fffffff || p->h > 65535 || p->b > 65535)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,

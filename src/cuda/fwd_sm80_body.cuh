@@ -48,7 +48,7 @@
  * and the output is scaled by 1/(1-p) with 1/l at the end. return_probs is a second
  * pass over every key tile once the row's lse is final.
  * Shared with the fp32 tensor-core forward (fwd_tf32_body.cuh): the block's
- * geometry and the kernel parameters (fwd_sm80_common.cuh), the score
+ * geometry and the kernel parameters (fwd_common.cuh), the score
  * modifiers and the online softmax (fwd_softmax.cuh), the tile copies
  * (tile_load.cuh) and the host launch (fwd_launch.cu).
  */
@@ -61,7 +61,7 @@
 #include "../error.h"
 #include "../problem.h"
 #include "../registry.h"
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh"
 #include "ptx_mma.cuh"
@@ -262,7 +262,7 @@ __device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *
 
 /* Scores of the tile at key n0 to the exp2 domain: scale or softcap, bias,
  * alibi, and (when mask) -inf outside each row's visible range. */
-__device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_params *prm,
                                               const fwd_block *kb, int n0, int t, int mask,
                                               int bias, const uint32_t *sb) {
   /* without softcap the bias's FFMA applies score_mul; without bias (fold)
@@ -276,7 +276,7 @@ __device__ __forceinline__ void finish_scores(float (*s)[NT][4], const sdpa_fwd_
 
 /* The kernel body; drop (a literal at each call) compiles dropout in or out,
  * so the kernels without it keep their registers (see the kernels below). */
-__device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int drop, int bias) {
+__device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, int bias) {
   extern __shared__ __align__(128) unsigned char smem[];
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -483,18 +483,18 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_sm80_params *prm, int dr
  * accumulators), and with bias (its tile through shared memory). The full
  * variant (return_probs; dropout with bias) has one, everything in. */
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_params prm) {
   fwd_body(&prm, FULL, FULL);
 }
 
 #if !SDPA_FULL
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+    SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_params prm) {
   fwd_body(&prm, 1, 0);
 }
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL_BIAS(const __grid_constant__ sdpa_fwd_sm80_params prm) {
+    SDPA_KERNEL_BIAS(const __grid_constant__ sdpa_fwd_params prm) {
   fwd_body(&prm, 0, 1);
 }
 #endif
@@ -524,7 +524,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: bias_sk = %lld, expected 1 (contiguous keys)",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->bias_sk);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
-  sdpa_fwd_sm80_params prm;
+  sdpa_fwd_params prm;
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   const char *name = SDPA_STR(SDPA_KERNEL_NAME);

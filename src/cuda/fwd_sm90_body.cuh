@@ -216,7 +216,7 @@ __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t s
  * (kempty) and turns the scores into the softmax's input (scale or softcap,
  * bias, and the masks where the tile is not wholly visible: scores_pre /
  * scores_post). The pipelined and the plain loop share it. */
-__device__ __forceinline__ void qk_scores(float (*sc)[NT][4], const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ void qk_scores(float (*sc)[NT][4], const sdpa_fwd_params *prm,
                                           const fwd_block *kb, uint32_t kempty, int n0, int full,
                                           int lane, int t) {
   wg_fence_acc(sc[0], NT);
@@ -258,7 +258,7 @@ __device__ __forceinline__ void pv_retire(float (*o)[DT][4], uint32_t vempty, in
  * is rescaled once P V has retired; pa becomes this tile's P. */
 __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row_max)[2],
                                                   float (*row_sum)[2], uint32_t (*pa)[4],
-                                                  const sdpa_fwd_sm80_params *prm,
+                                                  const sdpa_fwd_params *prm,
                                                   const fwd_block *kb, uint32_t base,
                                                   uint32_t bars, uint32_t qa, int n, int it,
                                                   int first, int zero_tail, int ctid) {
@@ -291,7 +291,7 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
                                         int drop) {
-  const sdpa_fwd_sm80_params *prm = &prm9->base;
+  const sdpa_fwd_params *prm = &prm9->base;
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
   fwd_block_rows(kb, prm, BM, BN, 16, warp, g);

@@ -2,7 +2,7 @@
  * fwd_sm90_common.cuh - what the Hopper forward's instances
  * (fwd_sm90_body.cuh) share with its host half (fwd_sm90_launch.cu): the
  * kernel parameters, which are the mma.sync forwards' (the validated problem
- * and the constants folded for it: fwd_sm80_common.cuh) plus the tensor
+ * and the constants folded for it: fwd_common.cuh) plus the tensor
  * maps of q, k and v that the copy engine reads.
  */
 #ifndef SDPA_FWD_SM90_COMMON_CUH
@@ -10,12 +10,12 @@
 
 #include <cuda.h>
 
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 
 /* Passed by value (__grid_constant__: the copy engine reads the maps in place). */
 typedef struct sdpa_fwd_sm90_params {
   CUtensorMap tq, tk, tv; /* 64-byte aligned: first */
-  sdpa_fwd_sm80_params base;
+  sdpa_fwd_params base;
 } sdpa_fwd_sm90_params;
 
 /* Host side (fwd_sm90_launch.cu). The tensor maps of q, k, v (dims {d, s,

@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 
 enum { S_ELEMS = MT * NT * 4, O_ELEMS = MT * DT * 4 };
 
@@ -44,7 +44,7 @@ __device__ __forceinline__ void softmax_init(float (*o)[DT][4], float (*row_max)
 
 /* The part of a score tile's finish before any bias: times score_mul (when
  * scale: the softmax's FFMA applies it otherwise, exp_mul), then softcap. */
-__device__ __forceinline__ void scores_pre(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ void scores_pre(float (*s)[NT][4], const sdpa_fwd_params *prm,
                                            int scale) {
   if (scale) {
 #pragma unroll
@@ -58,7 +58,7 @@ __device__ __forceinline__ void scores_pre(float (*s)[NT][4], const sdpa_fwd_sm8
 
 /* The part after the bias: alibi, and (when mask) -inf outside each row's
  * visible range, for the key tile at n0 (this lane's keys n0 + 8 nt + 2t + e % 2). */
-__device__ __forceinline__ void scores_post(float (*s)[NT][4], const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ void scores_post(float (*s)[NT][4], const sdpa_fwd_params *prm,
                                             const fwd_block *kb, int n0, int t, int mask) {
   const fwd_rows *rw = &kb->rw;
   if (prm->has_alibi) {

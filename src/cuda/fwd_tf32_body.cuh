@@ -70,7 +70,7 @@
  * 16-bit kernels) and is split per use; mask math only on boundary tiles;
  * key tiles no row of the block sees are skipped. What is not fp32-specific
  * is shared with the 16-bit kernels: the block's geometry and the kernel
- * parameters (fwd_sm80_common.cuh), the score modifiers and the online
+ * parameters (fwd_common.cuh), the score modifiers and the online
  * softmax (fwd_softmax.cuh, on the m16n8 accumulator layout both mma shapes
  * use), the tile copies (tile_load.cuh) and the host launch (fwd_launch.cu);
  * the tf32 primitives are in ptx_tf32.cuh.
@@ -83,7 +83,7 @@
 #include "../error.h"
 #include "../problem.h"
 #include "../registry.h"
-#include "fwd_sm80_common.cuh"
+#include "fwd_common.cuh"
 #include "ptx_bar.cuh"
 #include "ptx_cp_async.cuh"
 #include "ptx_ldmatrix.cuh" /* smem_u32 */
@@ -278,9 +278,9 @@ __device__ __forceinline__ void gemm_pv(float (*o)[DT][4], const uint32_t (*ph)[
 /* ---- the kernel ---------------------------------------------------------------- */
 
 extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm80_params prm_) {
+    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_params prm_) {
   extern __shared__ __align__(128) float4 smem[];
-  const sdpa_fwd_sm80_params *prm = &prm_;
+  const sdpa_fwd_params *prm = &prm_;
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, warp = tid >> 5, rgrp = warp / DSPLIT, dh = warp % DSPLIT;
   const int g = (tid & 31) >> 2, t = tid & 3;
@@ -402,7 +402,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), sdpa_dtype_string(p->dtype), (long long)p->d,
                      (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
-  sdpa_fwd_sm80_params prm;
+  sdpa_fwd_params prm;
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   return sdpa_kernel_launch1((const void *)SDPA_KERNEL, &prm, p->stream, grid, NTHREADS, SMEM_BYTES, smem_set,

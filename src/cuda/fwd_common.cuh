@@ -1,6 +1,6 @@
 /*
- * fwd_sm80_common.cuh - what every instance of the mma.sync forwards shares
- * (fwd_sm80_body.cuh: fp16 / bf16; fwd_tf32_body.cuh: fp32 in 3xTF32): the
+ * fwd_common.cuh - what the forward bodies share (fwd_sm80_body.cuh: fp16 /
+ * bf16 on mma.sync; fwd_tf32_body.cuh: fp32 in 3xTF32; fwd_sm90_body.cuh): the
  * kernel's parameter struct (the validated problem by value plus the
  * constants the host folds for it) and the host function that folds them
  * (fwd_launch.cu), a block's view of its problem (fwd_block: batch, head,
@@ -9,15 +9,15 @@
  * instance's geometry is in fwd_softmax.cuh. Included once per instance
  * translation unit.
  */
-#ifndef SDPA_FWD_SM80_COMMON_CUH
-#define SDPA_FWD_SM80_COMMON_CUH
+#ifndef SDPA_FWD_COMMON_CUH
+#define SDPA_FWD_COMMON_CUH
 
 #include <stdint.h>
 
 #include "../problem.h"
 
 /* Passed by value (__grid_constant__) to every mma.sync forward kernel (16-bit and tf32). */
-typedef struct sdpa_fwd_sm80_params {
+typedef struct sdpa_fwd_params {
   sdpa_problem p;
   float score_mul;    /* scale * log2(e): scores go to the exp2 domain in one multiply;
                          with softcap: 2 * log2(e) * scale / softcap (see fast_tanh_pre) */
@@ -28,14 +28,14 @@ typedef struct sdpa_fwd_sm80_params {
   int h_per_hk;       /* h / h_k: query heads per kv head */
   int has_softcap, has_alibi, has_dropout;
   int has_bias;       /* additive bias (p.bias; fold off): added in finish_scores */
-} sdpa_fwd_sm80_params;
+} sdpa_fwd_params;
 
 /* Host side (fwd_launch.cu). The parameters of p for the kernel, and its
  * grid (query blocks of bm rows, heads, batch); SDPA_ERR_NOT_SUPPORTED
  * naming `name` when the grid exceeds CUDA's limits. p is validated and has
  * work (b, h, s_q > 0). */
 extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
-                                            sdpa_fwd_sm80_params *prm, dim3 *grid);
+                                            sdpa_fwd_params *prm, dim3 *grid);
 
 /* Launches kernel(*params), a kernel of one by-value parameter, on `stream`
  * with `smem` bytes of dynamic shared memory (the limit raised as below). */
@@ -131,7 +131,7 @@ typedef struct fwd_block {
 /* Who the block is: batch, head, lengths, first query row (bm rows a
  * block); 0 when it has no query row (varlen: past this batch's s_q), so the
  * kernel returns before any address math. */
-__device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_params *prm,
                                               int bm) {
   const sdpa_problem *p = &prm->p;
   const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
@@ -151,7 +151,7 @@ __device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_sm80
  * apart from fwd_block_init and called after the kernel's address math:
  * the 16-bit kernels sit at 255 registers, and computing these earlier
  * moved ptxas's spills (2026-11-21, bf16 d = 128: +12 bytes). */
-__device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_sm80_params *prm,
+__device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_params *prm,
                                               int bm, int bn, int mw, int warp, int g) {
   const sdpa_problem *p = &prm->p;
   const int sq = kb->sq, sk = kb->sk;
@@ -172,4 +172,4 @@ __device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_sm8
       prm->has_alibi ? p->alibi[kb->b * p->alibi_sb + kb->hh * p->alibi_sh] * SDPA_LOG2E : 0.f;
 }
 
-#endif /* SDPA_FWD_SM80_COMMON_CUH */
+#endif /* SDPA_FWD_COMMON_CUH */

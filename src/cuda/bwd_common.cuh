@@ -1,6 +1,6 @@
 /*
- * bwd_sm80_common.cuh - what every instance of the mma.sync backwards (16-bit
- * bwd_sm80_body.cuh, fp32 bwd_tf32_body.cuh) shares: the
+ * bwd_common.cuh - what the backward bodies (16-bit bwd_sm80_body.cuh and
+ * bwd_sm90_body.cuh, fp32 bwd_tf32_body.cuh) share: the
  * kernels' parameter struct (the validated problem by value, the workspace
  * regions and the constants the host folds), the workspace layout (one
  * function answers both "how many bytes" and "where is each region"), the
@@ -14,8 +14,8 @@
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
  */
-#ifndef SDPA_BWD_SM80_COMMON_CUH
-#define SDPA_BWD_SM80_COMMON_CUH
+#ifndef SDPA_BWD_COMMON_CUH
+#define SDPA_BWD_COMMON_CUH
 
 #include <math.h>
 #include <stddef.h>
@@ -23,7 +23,7 @@
 
 #include "../problem.h"
 
-typedef struct sdpa_bwd_sm80_params {
+typedef struct sdpa_bwd_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
   int64_t slice;       /* floats between dQ slices (0 unless deterministic) */
@@ -39,7 +39,7 @@ typedef struct sdpa_bwd_sm80_params {
   int has_softcap, has_alibi, has_dropout, has_dbias; /* (a bias selects the bias kernels) */
   int bias_aligned;    /* bias base and strides 16-byte aligned: tiles by cp.async */
   int dbias_aligned;   /* the same for dbias: rows out by 16-byte stores */
-} sdpa_bwd_sm80_params;
+} sdpa_bwd_params;
 
 typedef struct bwd_ws_layout {
   size_t dq_acc, dsum, lse2;      /* byte offsets */
@@ -130,7 +130,7 @@ typedef struct bwd_kframe {
   int64_t q_start;
 } bwd_kframe;
 
-__device__ __forceinline__ bwd_kframe bwd_kframe_make(const sdpa_bwd_sm80_params *prm, int b,
+__device__ __forceinline__ bwd_kframe bwd_kframe_make(const sdpa_bwd_params *prm, int b,
                                                       int nblk, int bn, int bm) {
   const sdpa_problem *p = &prm->p;
   bwd_kframe f;
@@ -173,7 +173,7 @@ __device__ __forceinline__ void bwd_zero_acc(float (*x)[4], const int n) {
 
 /* lse2 and D of query row i of head hh (INFINITY and 0 past sq: the row's
  * scores are masked). */
-__device__ __forceinline__ void bwd_row_stats(const sdpa_bwd_sm80_params *prm, int64_t q_start,
+__device__ __forceinline__ void bwd_row_stats(const sdpa_bwd_params *prm, int64_t q_start,
                                               int hh, int i, int sq, float *l, float *dd) {
   const int64_t r = q_start + hh * prm->total_q + i;
   *l = i < sq ? prm->lse2[r] : INFINITY;
@@ -195,4 +195,4 @@ __device__ __forceinline__ float bwd_bf16_to_f32(uint32_t h) {
 }
 #endif
 
-#endif /* SDPA_BWD_SM80_COMMON_CUH */
+#endif /* SDPA_BWD_COMMON_CUH */
