@@ -23,9 +23,9 @@
  */
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../registry.h"
-#include "decode_common.cuh"
+#include "error.h"
+#include "registry.h"
+#include "cuda/decode/decode_common.cuh"
 
 /* The kernel's argument: the problem (backend.h: rows (i, hh) of t x h, d
  * elements each; part k of a row at out_parts + k*op_sn + i*op_st + hh*op_sh,

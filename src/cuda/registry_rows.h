@@ -62,7 +62,7 @@
 #ifdef SDPA_KERNEL_FILTER
 #include "sdpa_cuda_kernels.def"
 #else
-#include "kernels.def"
+#include "cuda/kernels.def"
 #endif
 #undef SDPA_FWD_KERNEL
 #undef SDPA_SM90_KERNEL

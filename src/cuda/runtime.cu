@@ -13,8 +13,8 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../registry.h"
+#include "error.h"
+#include "registry.h"
 
 /* 0 = not read yet; -1 = unusable; else the value. Races only store the
  * same value twice. */

@@ -1,6 +1,6 @@
 /*
  * test_gpu_bwd_tf32.c - the fp32 backward on tensor cores (bwd_tf32_* rows,
- * src/cuda/bwd_tf32_body.cuh: 3xTF32 mma.sync) through the public API on
+ * src/cuda/bwd/bwd_tf32_body.cuh: 3xTF32 mma.sync) through the public API on
  * cudaMalloc'd buffers, against the fp64 oracle's backward (ref_bwd):
  * fp32-class accuracy, max |x - ref| / max |ref| <= 1e-5 for each of dq, dk,
  * dv, on q, k, v, dout ~ N(0, 1) (default scale), fresh random inputs,

@@ -1,5 +1,5 @@
 /*
- * test_gpu_simt.c - the SIMT kernels (fwd_simt, bwd_simt: src/cuda/simt_*.cu)
+ * test_gpu_simt.c - the SIMT kernels (fwd_simt, bwd_simt: src/cuda/simt/simt_*.cu)
  * through the public API on cudaMalloc'd buffers, forced by attn.kernel so
  * they are tested where a faster row exists, against the fp64 oracle (ref_fwd
  * / ref_bwd, exact and lowp) under the harness tolerance; gradients with atol

@@ -1,6 +1,6 @@
 /*
  * test_gpu_tf32.c - the fp32 forward on tensor cores (fwd_tf32_* rows,
- * src/cuda/fwd_tf32_body.cuh: 3xTF32 mma.sync) through the public API on
+ * src/cuda/fwd/fwd_tf32_body.cuh: 3xTF32 mma.sync) through the public API on
  * cudaMalloc'd buffers, against the fp64 oracle: fp32-class accuracy, i.e.
  * max |out - ref| / max |ref| <= 1e-5 (and the same for lse) on
  * well-conditioned inputs (q, k, v ~ N(0, 1), default scale: scores O(1)),

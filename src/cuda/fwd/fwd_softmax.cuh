@@ -15,7 +15,7 @@
 
 #include <math.h>
 
-#include "fwd_common.cuh"
+#include "cuda/fwd/fwd_common.cuh"
 
 enum { S_ELEMS = MT * NT * 4, O_ELEMS = MT * DT * 4 };
 

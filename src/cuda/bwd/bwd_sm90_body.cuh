@@ -58,20 +58,20 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "bwd_scores.cuh"
-#include "bwd_common.cuh"
-#include "ptx_atomic.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh" /* smem_u32 */
-#include "ptx_mma.cuh"      /* pack_*x2 */
-#include "ptx_tma.cuh"      /* fence_proxy_async */
-#include "ptx_wgmma.cuh"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/bwd/bwd_scores.cuh"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/ptx/ptx_atomic.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
+#include "cuda/ptx/ptx_mma.cuh"      /* pack_*x2 */
+#include "cuda/ptx/ptx_tma.cuh"      /* fence_proxy_async */
+#include "cuda/ptx/ptx_wgmma.cuh"
 
-#include "bwd_names.cuh"
-#include "bwd_elem16.cuh"
+#include "cuda/bwd/bwd_names.cuh"
+#include "cuda/bwd/bwd_elem16.cuh"
 
 #if SDPA_BWD_IS_BF16
 #define SDPA_TY bf16
@@ -156,8 +156,8 @@ __device__ __forceinline__ int swz(int r, int c, int rows) {
   return (c >> 3) * rows * 8 + r * (8 - CPR) + ((c & 7) ^ (r & 7));
 }
 #define TILE_SWZ(r, c, rows) swz(r, c, rows)
-#include "tile_load.cuh"
-#include "bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
+#include "cuda/ptx/tile_load.cuh"
+#include "cuda/bwd/bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
 
 /* x, which the compiler cannot see through: values derived from it (the
  * k-step descriptors) are computed where used, not hoisted out of the loops
@@ -644,10 +644,10 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
 #endif
 }
 
-#include "bwd_launch.cuh"
+#include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_WG
 #undef SDPA_HDW
 #undef SDPA_TY
 #undef TILE_SWZ
-#include "bwd_elem16_undef.cuh"
+#include "cuda/bwd/bwd_elem16_undef.cuh"

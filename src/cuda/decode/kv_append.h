@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "../problem.h"
+#include "problem.h"
 
 #ifdef __cplusplus
 extern "C" {

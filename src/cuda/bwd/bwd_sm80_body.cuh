@@ -61,20 +61,20 @@
 
 #include <cuda_runtime.h>
 
-#include "../common/philox.h"
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "bwd_scores.cuh"
-#include "bwd_common.cuh"
-#include "fwd_common.cuh" /* fast_exp2, fast_tanh_pre, SDPA_LOG2E */
-#include "ptx_atomic.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh"
-#include "ptx_mma.cuh"
+#include "common/philox.h"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/bwd/bwd_scores.cuh"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/fwd/fwd_common.cuh" /* fast_exp2, fast_tanh_pre, SDPA_LOG2E */
+#include "cuda/ptx/ptx_atomic.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh"
+#include "cuda/ptx/ptx_mma.cuh"
 
-#include "bwd_names.cuh"
-#include "bwd_elem16.cuh"
+#include "cuda/bwd/bwd_names.cuh"
+#include "cuda/bwd/bwd_elem16.cuh"
 #define SDPA_BWD_BIAS_SIBLING 1 /* the row's run hands bias problems to <row>_bias */
 
 #if SDPA_BWD_IS_BF16
@@ -139,7 +139,7 @@ static_assert(BN % 16 == 0 && KW * DS == NWARPS && HDW % 16 == 0, "warps = key g
 static_assert(BM % 32 == 0 && NWARPS % QT == 0, "query block must split over the warps");
 static_assert(HD % CW == 0 && DQT % 2 == 0, "dQ chunks");
 
-#include "bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
+#include "cuda/bwd/bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
 
 /* Rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
  * memory; rows >= rows_valid and columns >= d are zero-filled. rows is a
@@ -420,9 +420,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   } /* key blocks */
 }
 
-#include "bwd_launch.cuh"
+#include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_BWD_SMEM
 #undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA
-#include "bwd_elem16_undef.cuh"
+#include "cuda/bwd/bwd_elem16_undef.cuh"

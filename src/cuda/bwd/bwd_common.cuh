@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../problem.h"
+#include "problem.h"
 
 typedef struct sdpa_bwd_params {
   sdpa_problem p;

@@ -11,9 +11,9 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../registry.h"
-#include "fwd_common.cuh"
+#include "error.h"
+#include "registry.h"
+#include "cuda/fwd/fwd_common.cuh"
 
 extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const char *name,
                                             sdpa_fwd_params *prm, dim3 *grid) {

@@ -17,11 +17,11 @@
 
 #include <cuda_runtime.h>
 
-#include "../backend.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "kv_append.h"
-#include "ptx_mma.cuh"
+#include "backend.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/decode/kv_append.h"
+#include "cuda/ptx/ptx_mma.cuh"
 
 /* Keys per warp tile: one k16 step of P V. Every tile starts at a multiple
  * of 16, so with a page size that is a multiple of 16 a tile never crosses a

@@ -254,4 +254,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BPASTE
 #undef SDPA_BSTR_
 #undef SDPA_BSTR
-#include "row_undef.cuh"
+#include "cuda/row_undef.cuh"

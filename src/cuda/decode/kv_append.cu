@@ -10,9 +10,9 @@
  */
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "decode_common.cuh"
-#include "kv_append.h"
+#include "error.h"
+#include "cuda/decode/decode_common.cuh"
+#include "cuda/decode/kv_append.h"
 
 enum { APPEND_THREADS = 128 };
 

@@ -80,16 +80,16 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "fwd_common.cuh"
-#include "ptx_bar.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh" /* smem_u32 */
-#include "ptx_tf32.cuh"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
+#include "cuda/ptx/ptx_tf32.cuh"
 
-#include "fwd_names.cuh"
+#include "cuda/fwd/fwd_names.cuh"
 
 /* ---- geometry ---------------------------------------------------------------- */
 typedef float tile_elem; /* what load_tile copies */
@@ -137,7 +137,7 @@ static_assert(BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
 static_assert(BN % 8 == 0, "key tiles are whole n8 tiles");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory beyond sm_90's 227 KB");
 
-#include "fwd_softmax.cuh" /* reads MT, NT, DT */
+#include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
 
 /* Component i of v (i a constant once unrolled). */
 __device__ __forceinline__ float f4_get(float4 v, int i) {
@@ -158,7 +158,7 @@ __device__ __forceinline__ int tf_swz(int r) { return (((r ^ (r >> 2)) & 1) << 2
 /* Physical chunk of logical chunk c in shared row r (load_tile). */
 __device__ __forceinline__ int swz(int r, int c) { return c ^ tf_swz(r); }
 
-#include "tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
+#include "cuda/ptx/tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* ---- S = Q K^T ----------------------------------------------------------------- */
 
@@ -409,5 +409,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                          SDPA_STR(SDPA_KERNEL_NAME));
 }
 
-#include "fwd_names_undef.cuh"
-#include "row_undef.cuh"
+#include "cuda/fwd/fwd_names_undef.cuh"
+#include "cuda/row_undef.cuh"

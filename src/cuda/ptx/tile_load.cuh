@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
 
 #ifndef TILE_SWZ
 #define TILE_SWZ(r, c, rows) swz(r, c)

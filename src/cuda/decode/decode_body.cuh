@@ -52,17 +52,17 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "decode_common.cuh"
-#include "fwd_common.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_griddep.cuh"
-#include "ptx_ldmatrix.cuh"
-#include "ptx_mma.cuh"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/decode/decode_common.cuh"
+#include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_griddep.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh"
+#include "cuda/ptx/ptx_mma.cuh"
 
-#include "fwd_names.cuh"
+#include "cuda/fwd/fwd_names.cuh"
 /* CMakeLists.txt gives a d 128 row two twins: SDPA_DECODE_WIDE 1 (twice the
  * row's warps a block: the problems sdpa_decode_wants_wide picks) and
  * SDPA_DECODE_LEAN 1 (two ring stages instead of three, so three blocks an
@@ -525,7 +525,7 @@ extern "C" __global__ void DEC_BOUNDS
   }
 }
 
-#include "decode_combine.cuh"
+#include "cuda/decode/decode_combine.cuh"
 
 /* ---- host launch -------------------------------------------------------------- */
 
@@ -702,5 +702,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef DEC_BOUNDS
 #undef DEC_PACK
 #undef DEC_WORKSPACE
-#include "fwd_names_undef.cuh"
-#include "row_undef.cuh"
+#include "cuda/fwd/fwd_names_undef.cuh"
+#include "cuda/row_undef.cuh"

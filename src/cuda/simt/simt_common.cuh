@@ -25,8 +25,8 @@
 
 #include <cuda_runtime.h>
 
-#include "../common/philox.h"
-#include "../problem.h"
+#include "common/philox.h"
+#include "problem.h"
 
 enum {
   SIMT_THREADS = 128,

@@ -21,10 +21,10 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../registry.h"
-#include "kv_append.h"
-#include "simt_common.cuh"
+#include "error.h"
+#include "registry.h"
+#include "cuda/decode/kv_append.h"
+#include "cuda/simt/simt_common.cuh"
 
 /* ---- probs (testing aid, dense only) -------------------------------------------- */
 

@@ -31,9 +31,9 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../registry.h"
-#include "simt_common.cuh"
+#include "error.h"
+#include "registry.h"
+#include "cuda/simt/simt_common.cuh"
 
 /* Row offsets of one query tile (q, dO) and one key tile (k, v) in shared
  * memory, -1 for rows outside the sequence (zero rows in simt_dot_tile). */

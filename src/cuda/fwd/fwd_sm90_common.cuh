@@ -10,7 +10,7 @@
 
 #include <cuda.h>
 
-#include "fwd_common.cuh"
+#include "cuda/fwd/fwd_common.cuh"
 
 /* Passed by value (__grid_constant__: the copy engine reads the maps in place). */
 typedef struct sdpa_fwd_sm90_params {

@@ -85,18 +85,18 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "bwd_scores.cuh"
-#include "bwd_common.cuh"
-#include "ptx_atomic.cuh"
-#include "ptx_bar.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh" /* smem_u32 */
-#include "ptx_tf32.cuh"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/bwd/bwd_scores.cuh"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/ptx/ptx_atomic.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
+#include "cuda/ptx/ptx_tf32.cuh"
 
-#include "bwd_names.cuh"
+#include "cuda/bwd/bwd_names.cuh"
 #define SDPA_BELEM float
 
 /* ---- geometry ---------------------------------------------------------------- */
@@ -621,6 +621,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   }
 }
 
-#include "bwd_launch.cuh"
+#include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_BELEM

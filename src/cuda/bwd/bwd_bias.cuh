@@ -18,11 +18,11 @@
 
 #include <stdint.h>
 
-#include "../problem.h"
-#include "bwd_scores.cuh"
-#include "bwd_common.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh"
+#include "problem.h"
+#include "cuda/bwd/bwd_scores.cuh"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh"
 
 static_assert(NTHREADS % BN == 0, "dbias zeroing: whole rows of a key block per pass");
 static_assert(BCH == BN / 8 && BCH8 == (BCH & ~7), "bias rows: BN / 8 chunks");

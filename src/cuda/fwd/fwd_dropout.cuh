@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
-#include "../common/philox.h"
-#include "fwd_common.cuh"
+#include "common/philox.h"
+#include "cuda/fwd/fwd_common.cuh"
 
 /* Keep bits of the tile at key n0. In the m16n8 layout the four lanes of a
  * quad share a row and an 8-key block: for the k16 steps (2 pp, 2 pp + 1) of

@@ -32,9 +32,9 @@
 
 #include <stdint.h>
 
-#include "../common/philox.h"
-#include "fwd_dropout.cuh" /* drop_pair */
-#include "ptx_tma.cuh"     /* mbar_* */
+#include "common/philox.h"
+#include "cuda/fwd/fwd_dropout.cuh" /* drop_pair */
+#include "cuda/ptx/ptx_tma.cuh"     /* mbar_* */
 
 static_assert(PS <= 8, "a row's keep bits of a tile in one word a lane");
 static_assert(BM <= 128, "a producer thread a query row");

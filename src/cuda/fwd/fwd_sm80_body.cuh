@@ -57,20 +57,20 @@
 
 #include <cuda_runtime.h>
 
-#include "../common/philox.h"
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "fwd_common.cuh"
-#include "ptx_cp_async.cuh"
-#include "ptx_ldmatrix.cuh"
-#include "ptx_mma.cuh"
+#include "common/philox.h"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh"
+#include "cuda/ptx/ptx_mma.cuh"
 
 #ifndef SDPA_FULL
 #define SDPA_FULL 0
 #endif
 
-#include "fwd_names.cuh"
+#include "cuda/fwd/fwd_names.cuh"
 #define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
 #define SDPA_RUN_FULL SDPA_PASTE(SDPA_KERNEL_NAME, _full_run)
 
@@ -137,8 +137,8 @@ static_assert(BN % 16 == 0 && BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
 static_assert(CPR % 4 == 0, "swizzle needs chunk groups of 4 or 8 (head-dim bucket % 32 == 0)");
 
-#include "fwd_softmax.cuh" /* reads MT, NT, DT */
-#include "fwd_dropout.cuh" /* reads MT, PS */
+#include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
+#include "cuda/fwd/fwd_dropout.cuh" /* reads MT, PS */
 
 /* Physical chunk of logical chunk c in shared row r (conflict-free ldmatrix:
  * eight consecutive rows at one logical chunk hit eight distinct bank groups). */
@@ -146,7 +146,7 @@ __device__ __forceinline__ int swz(int r, int c) {
   return c < CPR8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
 
-#include "tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
+#include "cuda/ptx/tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix row). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4],
@@ -548,5 +548,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_KERNEL_BIAS
 #undef SDPA_RUN_FULL
 #undef SDPA_FULL
-#include "fwd_names_undef.cuh"
-#include "row_undef.cuh"
+#include "cuda/fwd/fwd_names_undef.cuh"
+#include "cuda/row_undef.cuh"

@@ -45,17 +45,17 @@
 
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "../problem.h"
-#include "../registry.h"
-#include "fwd_sm90_common.cuh"
-#include "ptx_bar.cuh"
-#include "ptx_ldmatrix.cuh" /* smem_u32 */
-#include "ptx_mma.cuh"      /* pack_*x2 */
-#include "ptx_tma.cuh"
-#include "ptx_wgmma.cuh"
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/fwd/fwd_sm90_common.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
+#include "cuda/ptx/ptx_mma.cuh"      /* pack_*x2 */
+#include "cuda/ptx/ptx_tma.cuh"
+#include "cuda/ptx/ptx_wgmma.cuh"
 
-#include "fwd_names.cuh"
+#include "cuda/fwd/fwd_names.cuh"
 
 #if SDPA_FWD_IS_BF16
 #define SDPA_PACK pack_bf16x2
@@ -110,9 +110,9 @@ static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup"
 static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
-#include "fwd_softmax.cuh" /* reads MT, NT, DT */
-#include "fwd_dropout.cuh" /* reads MT, PS */
-#include "fwd_sm90_dropout.cuh" /* reads BM, PS */
+#include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
+#include "cuda/fwd/fwd_dropout.cuh" /* reads MT, PS */
+#include "cuda/fwd/fwd_sm90_dropout.cuh" /* reads BM, PS */
 
 /* mbarriers: Q; K full, V full, K empty, V empty, mask full, mask empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
@@ -483,5 +483,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_PACK
 #undef SDPA_TY
 #undef SDPA_FALLBACK_RUN
-#include "fwd_names_undef.cuh"
-#include "row_undef.cuh"
+#include "cuda/fwd/fwd_names_undef.cuh"
+#include "cuda/row_undef.cuh"

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "../problem.h"
+#include "problem.h"
 
 /* Passed by value (__grid_constant__) to every mma.sync forward kernel (16-bit and tf32). */
 typedef struct sdpa_fwd_params {

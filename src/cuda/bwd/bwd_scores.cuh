@@ -13,10 +13,10 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "../common/philox.h"
-#include "bwd_common.cuh"
-#include "fwd_common.cuh"
-#include "ptx_mma.cuh" /* pack_bf16x2, pack_f16x2 */
+#include "common/philox.h"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_mma.cuh" /* pack_bf16x2, pack_f16x2 */
 
 /* Where bwd_p_ds puts the dbias of element (nq, e) (16-bit kernels' bias
  * forms): shared address lane + (8 nq + (e & 1)) row + col[e & 1][e >> 1],

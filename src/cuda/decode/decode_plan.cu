@@ -11,8 +11,8 @@
  */
 #include <cuda_runtime.h>
 
-#include "../error.h"
-#include "decode_common.cuh"
+#include "error.h"
+#include "cuda/decode/decode_common.cuh"
 
 /* A split gives each warp at least this many key tiles of 16: the tiles its
  * cp.async ring has in flight at once in the prologue (STAGES - 1 = 2 in the
