@@ -284,9 +284,8 @@ SDPA_HD void sdpa_key_span(const sdpa_problem *p, int64_t i0, int64_t i1, int64_
  * sees (rows past sq ignored; m0 < sq): sdpa_key_span's range in tiles, but
  * when no row sees a key the range is empty or reversed (n_end <= n_begin)
  * or, where that lo is not a tile start, one tile that every row masks
- * (results unchanged). Written out rather than through sdpa_key_span: the
- * test for the empty span cost the sm80 forwards 1-2 registers and their d =
- * 128 bias kernels 8-12 bytes of spills (ptxas, CUDA 13, 2026-11-21). */
+ * (results unchanged). Written out rather than through sdpa_key_span: its
+ * test for the empty span costs the sm80 forwards registers and spills. */
 SDPA_HD void sdpa_key_tiles(const sdpa_problem *p, int64_t m0, int bm, int bn, int64_t sq,
                             int64_t sk, int *n_begin, int *n_end) {
   int64_t lo0, hi0, lo1, hi1;

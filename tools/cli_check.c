@@ -28,7 +28,7 @@
 #include "ref/ref.h"
 
 /* Oracle work (multiply-adds, both oracle runs) per core that the check aims
- * for, and the oracle's speed: 2026-11-21, about 3e8 multiply-adds/s per core. */
+ * for, and the oracle's speed (about 3e8 multiply-adds a second a core). */
 #define CHECK_BUDGET_PER_CORE 6e8
 #define ORACLE_RATE 3e8
 

@@ -303,8 +303,7 @@ def _capture_workspace(size_fn, desc, dev, torch):
     """Inside a CUDA graph capture on torch's current stream: the call's
     workspace from torch's allocator (the capture's private pool), so the
     graph holds no allocation and free nodes of the library's stream-ordered
-    workspace (decoding at b 1, s_k 4k, 32 splits: 1517 -> 1603 GB/s in graph
-    replay on the H200, 2026-11-21). Eager calls keep the library's own
+    workspace (they slow a decoding step's replay). Eager calls keep the library's own
     allocation (no size query a call: a query and torch.empty cost ~10 us of
     host time a call), from its pool, which keeps the memory between calls.
     The capture must be torch's (torch.cuda.graph, make_graphed_callables,

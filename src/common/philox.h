@@ -19,10 +19,8 @@ typedef struct sdpa_u32x4 {
 
 SDPA_HD uint32_t sdpa_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi) {
 #if defined(__CUDA_ARCH__)
-  /* One IMAD.WIDE.U32. Written as C, the compiler carried the rounds in
-   * 64-bit values (the key from the 64-bit seed) and spent a zero add and a
-   * uniform move on every product's high word: ~115 instructions a call
-   * where ~70 do (SASS of the d = 128 forward, 2026-11-21). The asm is not
+  /* One IMAD.WIDE.U32: written as C, the compiler carries the rounds in
+   * 64-bit values and adds instructions on every product's high word. Not
    * volatile, so calls with equal inputs still merge. */
   uint32_t lo;
   asm("{\n\t.reg .u64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%0, %1}, t;\n\t}"
@@ -53,11 +51,9 @@ SDPA_HD sdpa_u32x4 sdpa_philox4x32_10(sdpa_u32x4 ctr, uint32_t k0, uint32_t k1) 
   return ctr;
 }
 
-/* The sixteen 8-bit uniforms for keys j0 = 16*(j/16) .. j0+15 of row i.
- * (Eight 16-bit ones a call until 2026-11-21: the forward with dropout ran at
- * 0.45-0.63x of its p = 0 speed on the H200, the Philox chains being most of
- * the difference; 8-bit fields, FlashAttention-2's, halve the calls. The
- * cost: the drop probability is p rounded to a multiple of 1/256.) */
+/* The sixteen 8-bit uniforms for keys j0 = 16*(j/16) .. j0+15 of row i:
+ * FlashAttention-2's fields, half the Philox calls of 16-bit ones, at the
+ * price of p rounded to a multiple of 1/256. */
 SDPA_HD sdpa_u32x4 sdpa_dropout_bits(uint64_t seed, uint32_t offset, uint32_t bh, uint32_t i,
                                      uint32_t j_over_16) {
   sdpa_u32x4 c;

@@ -29,13 +29,8 @@
  * BLOCK_M rows share each K/V block load; BLOCK_N keys per softmax step;
  * TRIM_M rows per group where a key block crosses the causal diagonal (each
  * group stops at the keys its last row sees, so masked work stays small).
- * 2026-11-21, lent machine (16 Xeon cores, OpenBLAS 0.3.21 serial with
- * OPENBLAS_CORETYPE=SkylakeX), b1 h16 s2048 d128 f32: 64x256 ~470 GFLOP/s
- * before the core fix; with it 64x512 1270, 256x256 1420, 128x512 1540.
- * 2026-11-21, BLOCK_M 128 -> 256 (halves the repacking of K and V, ~15% of
- * the time at 128) with TRIM_M 64 and heaviest items first: 16 threads
- * non-causal 1055-1170 -> 1115-1235, causal 917-950 -> 983-1040 GFLOP/s
- * (a slower host than above; one EPYC core: 83 -> 87 and 77 -> 80). */
+ * BLOCK_M 256 halves the repacking of K and V against 128 (measured:
+ * bench/NOTES.md). */
 /* Build-time override for tuning runs only (affects speed, never results). */
 #ifndef SDPA_CPU_BLOCK_M
 #define SDPA_CPU_BLOCK_M 256

@@ -6,8 +6,8 @@
  * Why the pthreads build pinned to one thread, not the serial build: the
  * backend calls sgemm from all its threads at once. Debian's serial OpenBLAS
  * is built with USE_THREAD=0 and no USE_LOCKING, and its buffer pool then
- * races: on a 16-core host it returned wrong, run-to-run different results
- * (2026-11-21; OpenBLAS issues #1755, #2126). The pthreads build locks its
+ * races: it returns wrong, run-to-run different results (OpenBLAS issues
+ * #1755, #2126). The pthreads build locks its
  * pool; with its thread count set to 1 every call runs on the caller's thread.
  */
 #include "gemm.h"

@@ -123,13 +123,8 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
  * (cudaMallocAsync) keeps nothing by default (release threshold 0): every
  * synchronization hands its memory back, and the next allocation maps memory
  * again. A decoding loop synchronizes every step (to read the sampled
- * token), and each step's call paid for it. Measured on the H200
- * (2026-11-21, sdpa.forward, bf16 32 / 8 heads, d 128), a step of one call
- * and a synchronization, median of 300, default pool -> this pool: b 1 s_k
- * 4k 157 / 197 -> 48 / 58 us, b 1 s_k 64k 211 / 213 -> 104 / 105, b 8 s_k
- * 16k 271 / 271 -> 164 / 165, b 8 s_k 128k 1170 / 1114 -> 1004 / 1014;
- * back-to-back calls (a synchronization every 50) b 8 s_k 16k 4088 / 4090
- * -> 4149 / 4148 GB/s. The default pool's threshold is not ours to
+ * token), and each step's call would pay for it (bench/NOTES.md, session
+ * 15). The default pool's threshold is not ours to
  * change (the process's: torch's and other libraries' allocations share
  * it). 64 MB covers every decoding workspace many times (b 8, s_k 16k: 0.5
  * MB); a larger one (a long backward's) is handed back down to it at a

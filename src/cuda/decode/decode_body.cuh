@@ -166,9 +166,8 @@ __device__ __forceinline__ dec_kv_off kv_next_offsets(const sdpa_problem *p, int
  * of rows r0, r0 + RPI, ... of K and of V, `bytes` of each (16 but at the
  * end of a head dim that is not a multiple of 8). Worked out once, so a
  * whole tile's copy is a base address and a cp.async a chunk at a constant
- * step from it (until 2026-11-21 each chunk recomputed its row times the row
- * stride in 64 bits, its bounds and a fallback pointer: about 290
- * instructions a tile, most of a block's prologue at batch 1). */
+ * step from it (per-chunk address and bounds arithmetic would be most of a
+ * block's prologue at batch 1). */
 typedef struct dec_lane_copy {
   int c, r0, bytes;
 } dec_lane_copy;
@@ -220,10 +219,8 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
 /* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
  * at sdpa_rotary_q_pos for the cache layout; zeros past the rows or the
  * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
- * one vector load, so a thread's chunks are all in flight at once (until
- * 2026-11-21 a thread loaded its 16 elements one after the other, each
- * load waiting for the last); the rest go element by element, rounded as
- * before. */
+ * one vector load, so a thread's chunks are all in flight at once; the rest
+ * go element by element. */
 __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int b, int hk,
                                               int row, int c) {
   const sdpa_problem *p = &prm->p;
@@ -298,10 +295,8 @@ extern "C" __global__ void DEC_BOUNDS
 
   /* ---- prologue: Q's loads, then the page lookups of the first tiles, then
    * their copies, all in flight together; each lane's row ranges while they
-   * fly; Q lands in shared memory last. (Q's loads first: issued after the
-   * copies, they queued behind them and every warp waited for Q at the
-   * barrier: ncu at b 1 s 4k, barrier stalls 0 -> 17% of the samples, the
-   * kernel 11.65 -> 12.38 us, 2026-11-21.) ---- */
+   * fly; Q lands in shared memory last. (Q's loads first: behind the copies
+   * they would hold every warp at the barrier.) ---- */
   uint4 qv[Q_CHUNKS];
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {

@@ -14,11 +14,9 @@
  * 192) merges one row: thread (slice, c) owns columns 4c .. 4c + 3 of the
  * parts k = slice,
  * slice + SLICES, ..., issues all its loads of a round together and merges
- * them online; the slices meet in shared memory. merge.cu's general kernel
- * (any dtypes and strides, natural-log lse, +-inf parts) did this until
- * 2026-11-21: in a CUDA graph at b 1 s_k 4k its work after the wait cost
- * ~1.25 us of an 11 us replay (measured against the same kernel merging
- * nothing), ~513 warp instructions a warp, most of them expf's.
+ * them online; the slices meet in shared memory. Its own kernel, not
+ * merge.cu's general one: knowing the partials' layout and base-2 lse keeps
+ * the work after the wait short, which a decoding step's latency shows.
  */
 
 enum {

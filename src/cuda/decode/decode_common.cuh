@@ -40,9 +40,8 @@
  * "Division by invariant integers using multiplication", 1994: l =
  * ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1; n < 2^31 keeps the add in
  * 32 bits). A decode block divides its index by the split count, the query
- * blocks and h_k, and its query rows by the group: as plain divisions, each
- * an I2F / MUFU.RCP / F2I chain of about 25 dependent instructions, nine of
- * them at d = 128 before the first copy (ncu source counters, 2026-11-21). */
+ * blocks and h_k, and its query rows by the group: plain divisions are long
+ * dependent chains, several of them before the first copy. */
 typedef struct sdpa_fastdiv {
   uint32_t d, mul, shift;
 } sdpa_fastdiv;
@@ -160,8 +159,7 @@ __device__ __forceinline__ float sdpa_rotary_elem_any(const sdpa_problem *p, con
  * hardware approximation (exp2f / log2f instead of expf / logf): a decode
  * block merges its warps at its end, on its critical path. A weight is
  * 2^(lse2_k - max) / sum: the exponentials of the total reused, one
- * reciprocal (until 2026-11-21 the total and then each weight took their own
- * exp2f: 9 approximations a merged chunk for 4 warps, 5 now). */
+ * reciprocal. */
 __device__ __forceinline__ float sdpa_merge_weights2(const float *lse2, int n, int stride,
                                                      float *w) {
   float mx = -INFINITY;

@@ -52,11 +52,8 @@ static int64_t decode_groups(const sdpa_problem *p, const sdpa_decode_shape *sh)
  * slower by about that fraction, and more, shorter splits fill them. The
  * smallest s within SDPA_DECODE_COST_SLACK of the least cost wins, over
  * 1 <= s <= SDPA_DECODE_MAX_SPLITS with at least
- * SDPA_DECODE_MIN_TILES_PER_WARP tiles a warp. (Until 2026-11-21 the rule
- * was FlashAttention-2's: the smallest s within 85% of the best wave
- * efficiency, >= 4 tiles a warp, and no split once base filled 80% of the
- * slots; at b = 1, h_k = 8 it left half the slots empty: 14 splits of 4
- * tiles a warp at s_k = 4096.) Examples on 132 SMs x 2 blocks, 4 warps,
+ * SDPA_DECODE_MIN_TILES_PER_WARP tiles a warp (FlashAttention-2's wave
+ * efficiency rule leaves slots empty at batch 1). Examples on 132 SMs x 2 blocks, 4 warps,
  * h_k = 8, s_q = 1: b = 1 -> 32 splits (256 blocks) from s_k = 4096 up;
  * b = 8 -> 4; b >= 32 -> 1. The key count is the capacity p->s_k (the
  * cache's true lengths live on the device and are not read here), so a
@@ -97,12 +94,8 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * contiguous cache of one problem, force one split count: never the wide
  * twin, whose warps split the keys differently; their capacities s_k, which
  * the planner reads, differ. On pages of 16 the row hands the call to its
- * lean twin, which computes what the row does.)
- * Measured on the H200 (graph GB/s, decode_probe.py --libs, two rounds
- * each, 2026-11-21), b 1 s_k 4k: contiguous 1549 / 1604 -> 1685 / 1718
- * (cuDNN 1618), pages of 16 1579 / 1562 -> 1580 / 1616. Where the keys are
- * not the cap the wide blocks did not pay: b 1 s_k 16k contiguous level,
- * pages of 16 -3% (b 2 s_k 4k -5%); b 32 s_k 4k -0.7% with every row wide.
+ * lean twin, which computes what the row does.) Elsewhere the wide blocks
+ * do not pay (bench/NOTES.md, session 13).
  */
 #define SDPA_DECODE_WIDE_SMS 8
 
@@ -121,20 +114,10 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * caches paged in pages of one tile. Its split count: the row's where the
  * row's grid fits in one round of lean blocks (the third block an SM is then
  * spare occupancy, the partition the same); past that 0, the lean planner's
- * own (sdpa_decode_num_splits at three blocks an SM).
- * Measured on the H200 (graph GB/s, decode_probe.py --libs --pages
- * 16,32,64,256, row twice / lean twice, 2026-11-21), first with the lean
- * planner's count everywhere. Pages of 16:
- *   b 1 s_k 16k 2671 / 2669 -> 2710 / 2711, b 8 16k 4128 / 4128 -> 4227 / 4236,
- *   b 8 128k 4423 / 4420 -> 4500 / 4501, b 32 16k 4340 / 4315 -> 4453 / 4459,
- *   b 64 4k 4304 / 4319 -> 4359 / 4360;
- *   but b 32 4k 4195 / 4195 -> 4146 / 4149 (3 splits for the row's 1).
- * Pages of 32 .. 256: 1 .. 3% slower at s_k 4k, level to +1.6% at 16k and
- * 128k (a lookup every 2 .. 16 tiles: little to hide). With the row's count
- * (a measurement build, pages of 16): b 32 s_k 4k 4166 / 4179 -> 4295 / 4298,
- * but b 64 4k (512 blocks: 1.3 rounds of lean blocks) 4347 / 4364 -> 3911 /
- * 3933; hence the one-round rule. Contiguous caches stay with the row: lean
- * there was 0.8 .. 3.7% slower at b 1 s_k 16k and b 8 .. 64 s_k 4k.
+ * own (sdpa_decode_num_splits at three blocks an SM). Only pages of one
+ * tile gain (a lookup a tile to hide); larger pages and contiguous caches
+ * stay with the row, and past one round of lean blocks the row's count
+ * loses (bench/NOTES.md, session 14).
  */
 int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps) {
   const int splits = sdpa_decode_num_splits(p, sh);
@@ -162,10 +145,8 @@ sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *
                                 sdpa_decode_launch_fn launch, sdpa_decode_launch_fn combine) {
   cudaStream_t stream = (cudaStream_t)p->stream;
   /* The append writes the caller's cache, so it runs after every check and
-   * the workspace below: a call that fails leaves the cache as it was (it
-   * ran first until 2026-11-21, and a too-small workspace or an unsupported
-   * shape returned an error with k_new already appended). Without k_new
-   * (s_new = 0) the append does nothing. */
+   * the workspace below: a call that fails leaves the cache as it was.
+   * Without k_new (s_new = 0) the append does nothing. */
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return sdpa_cuda_kv_append(p);
 
   const int64_t group = p->h / p->h_k, rows = group * p->s_q;

@@ -150,7 +150,7 @@ __device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_para
  * (rows mw a warp; g = lane / 4) and their mask and alibi geometry. Kept
  * apart from fwd_block_init and called after the kernel's address math:
  * the 16-bit kernels sit at 255 registers, and computing these earlier
- * moved ptxas's spills (2026-11-21, bf16 d = 128: +12 bytes). */
+ * makes ptxas spill. */
 __device__ __forceinline__ void fwd_block_rows(fwd_block *kb, const sdpa_fwd_params *prm,
                                               int bm, int bn, int mw, int warp, int g) {
   const sdpa_problem *p = &prm->p;

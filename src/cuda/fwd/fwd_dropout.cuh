@@ -22,9 +22,8 @@
  * (t >> 1)) as sixteen keep bits (sdpa_dropout_keep16: key 4k + m of the
  * step at bit 8m + k), the quad gathers them by two shuffles (row half hf
  * into nibble hf of each byte), and lane t keeps the 16 bits of its
- * elements: one call a lane for 16 of its elements (2026-11-21: the
- * four-fold redundant form with 16-bit fields ran at 0.22x-0.39x of the
- * p = 0 speed). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
+ * elements: one call a lane for 16 of its elements (not four lanes making
+ * the same call). Element (n8 tile 2 ps + n8, row half hf, column 2t + e) is
  * kept iff bit keep_bit(ps, n8, hf, e) of dm[mt][ps / 4] is set
  * (drop_packed applies them to P V's operand, drop_negate marks probs).
  * The calls depend on no score, so the main loop makes a tile's before its
@@ -83,9 +82,8 @@ __device__ __forceinline__ void drop_negate(float (*s)[NT][4], const uint32_t (*
  * half e = 0, high half e = 1) whose keep bits are bits b0 and b0 + 8 of w,
  * both in the same half word: w shifted so that they land on bits 7 and 15
  * (or 23 and 31), one byte permute with sign replication turns them into
- * 0x0000 / 0xffff halves, an AND applies them. 2.5 instructions a pair
- * where a bit test and a select an element took 4 (SASS of the d = 64 drop
- * kernel, 2026-11-21: 16 LOP3 + 16 FSEL a Philox call of 16 elements). */
+ * 0x0000 / 0xffff halves, an AND applies them: fewer instructions than a
+ * bit test and a select an element. */
 __device__ __forceinline__ void drop_pair(uint32_t *a, uint32_t w, int b0) {
   const uint32_t x = w << (7 - (b0 & 7));
   const uint32_t sel = (b0 >> 4) ? 0xbbaau : 0x9988u; /* bytes 2, 3 or 0, 1, sign */

@@ -476,9 +476,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
   }
 }
 
-/* The fast variant has three kernels: plain (its code and registers stay as
- * they were before dropout and bias existed: a runtime bias branch cost it 4%
- * at d = 128 on the H200, 2026-11-21), with dropout (the same tiles: the
+/* The fast variant has three kernels: plain (no dropout or bias code: a
+ * runtime bias branch costs it registers and time), with dropout (the same tiles: the
  * Philox calls, one a lane per quad and n8 pair, fit beside 32 rows of
  * accumulators), and with bias (its tile through shared memory). The full
  * variant (return_probs; dropout with bias) has one, everything in. */

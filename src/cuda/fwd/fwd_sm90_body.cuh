@@ -69,13 +69,9 @@
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_HDIM, SDPA_PASTE(_, SDPA_TY))
 
 /* Whether a tile's softmax overlaps the previous tile's P V
- * (consume_tile_pipe) in the kernel without dropout: at d = 128 only.
- * Measured (H200, 2026-11-21, bf16 b 4 s 4096, TFLOP/s at p = 0, not
- * pipelined -> pipelined, three runs each): d 128 546-549 -> 606-610 (causal
- * 465-469 -> 508-513); d 64 363-378 -> 340-367 and d 256 596-611 -> 542-621,
- * no gain; with dropout the pipelined loop lost 10-15% at d 64 and 128 (the
- * producer's mask) and gained nothing at d 256. The other kernels keep the
- * plain loop (their PTX is the one before the pipelining). */
+ * (consume_tile_pipe) in the kernel without dropout: at d = 128 only, where
+ * it gains; at d 64 and 256, and with dropout, it does not (bench/NOTES.md,
+ * session 10). */
 #define SDPA_FWD_PIPE (SDPA_HDIM == 128)
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,

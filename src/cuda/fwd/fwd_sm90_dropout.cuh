@@ -7,18 +7,11 @@
  * memory, in the words its four consumer lanes apply; each consumer thread
  * loads its two words (rows hf = 0, 1) with one load.
  *
- * Why (H100, 2026-11-21, bench.py's b 4 s 4096 problems, TFLOP/s at p = 0.1,
- * in-consumer (three runs) -> here): d 64 220-224 -> 252-267, d 128 356-374 ->
- * 358-396 (equal within the noise), but with tiles of 64 (d 256) 437-468 ->
- * 426: the consumers' issue is latency-bound (Nsight Compute, d 64: 0.47
- * instructions a scheduler a cycle), so Philox chains in them lengthen every
- * tile's critical path, while the producer warpgroup idles but for one
- * thread's copies; at d 256 (tiles of 64) the consumers' tile is long enough
- * to hide their four calls. Variants measured and dropped: the mask from
- * warps 1-3 only (warp 0 free for the copies: each thread ~11 calls a tile,
- * the producer the bottleneck, d 64 0.53x), and words of whole keep bytes
- * (sdpa_dropout_keep_bytes, no merging in the producer, eight 16-byte loads a
- * consumer thread a tile: d 64 0.55x).
+ * Why: the consumers' issue is latency-bound, so Philox chains in them
+ * lengthen every tile's critical path, while the producer warpgroup idles
+ * but for one thread's copies; with tiles of 64 (d 256) the consumers' tile
+ * is long enough to hide their calls (measurements and the variants tried:
+ * bench/NOTES.md).
  *
  * Layout (keep_bit_row, the one statement): consumer thread ctid (warp w =
  * ctid / 32 owns rows 16 w + g and 16 w + g + 8, g = lane / 4, t = lane % 4)

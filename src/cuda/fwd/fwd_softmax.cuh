@@ -104,10 +104,9 @@ __device__ __forceinline__ int softmax_probs(float (*s)[NT][4], float (*row_max)
       /* corr = 2^(old mm - new mm) from the same rounded products the
        * exponents use: exactly 1 while the max stays (a fused
        * max * xm - mm there is 2^(rounding residual), ~1e-7, and l takes it
-       * every tile while O does not: fp32 rows drifted 3e-5 at 32k keys).
-       * 2026-11-21: this costs the sm_90a d = 64 bias kernels (bf16, f16)
-       * a 4-byte spill at 255 registers; subtracting the maxima first or a
-       * select on `moved` moved a spill to other kernels instead. */
+       * every tile while O does not: fp32 rows drift at long keys). It costs
+       * the sm_90a d = 64 bias kernels a small spill; the alternatives move
+       * one to other kernels. */
       const float mm = __fmul_rn(mx == -INFINITY ? 0.f : mx, xm);
       corr[mt][hf] = fast_exp2(__fmul_rn(row_max[mt][hf], xm) - mm);
       moved |= mx != row_max[mt][hf];

@@ -23,13 +23,9 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void *src, int s
 
 /* cp_async_16 marking its lines evict-first in L2: for data read once (a
  * decoding step's KV cache), so the stream does not push out what is read
- * again. The policy (createpolicy) is made inside each copy's asm block:
- * made once and passed in as a 64-bit operand, it lived in two ordinary
- * registers and ptxas moved it into the uniform pair the copy instruction
- * takes (2 R2UR) before every copy: 134 instructions of the d = 128 decode
- * kernel, 5% of its warp instructions at b 1 s 4k (ncu, 2026-11-21). The _full
- * form copies 16 bytes that are all there (no source size: no bounds
- * arithmetic at the call). */
+ * again. The policy is made inside each copy's asm block: passed in as an
+ * operand, ptxas moves it into uniform registers before every copy. The
+ * _full form copies 16 bytes that are all there (no bounds arithmetic). */
 __device__ __forceinline__ void cp_async_16_evict_first(uint32_t dst, const void *src,
                                                         int src_bytes) {
   asm volatile(

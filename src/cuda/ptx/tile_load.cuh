@@ -31,8 +31,8 @@ static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
  * memory at sbase; rows >= rows_valid and columns >= d are zero-filled and
  * read nothing (their source operand is `safe`, the tensor's base).
  * Each thread keeps one chunk column and steps by whole rows: no division,
- * one 64-bit add per copy. (A plain i / CPR loop before 2026-11-21 cost 15%
- * at d = 128 and more at d = 256.) Buckets whose CPR divides the block
+ * one 64-bit add per copy (a division per chunk costs the copy loop dearly).
+ * Buckets whose CPR divides the block
  * (16-bit d = 32, 64, 128) unroll fully; the others give a row CPRP lanes (CPR
  * rounded up to a power of two, the extra lanes idle; fp32 d = 256: 64, two
  * warps a row) and unroll by 2
