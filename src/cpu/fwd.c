@@ -29,8 +29,7 @@
  * BLOCK_M rows share each K/V block load; BLOCK_N keys per softmax step;
  * TRIM_M rows per group where a key block crosses the causal diagonal (each
  * group stops at the keys its last row sees, so masked work stays small).
- * BLOCK_M 256 halves the repacking of K and V against 128 (measured:
- * bench/NOTES.md). */
+ * BLOCK_M 256 halves the repacking of K and V against 128. */
 /* Build-time override for tuning runs only (affects speed, never results). */
 #ifndef SDPA_CPU_BLOCK_M
 #define SDPA_CPU_BLOCK_M 256

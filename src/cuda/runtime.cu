@@ -123,9 +123,8 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
  * (cudaMallocAsync) keeps nothing by default (release threshold 0): every
  * synchronization hands its memory back, and the next allocation maps memory
  * again. A decoding loop synchronizes every step (to read the sampled
- * token), and each step's call would pay for it (bench/NOTES.md, session
- * 15). The default pool's threshold is not ours to
- * change (the process's: torch's and other libraries' allocations share
+ * token), and each step's call would pay for it. The default pool's
+ * threshold is not ours to change (the process's: torch's and other libraries' allocations share
  * it). 64 MB covers every decoding workspace many times (b 8, s_k 16k: 0.5
  * MB); a larger one (a long backward's) is handed back down to it at a
  * synchronization, a cost small next to such a call. Inside a stream

@@ -95,7 +95,7 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * twin, whose warps split the keys differently; their capacities s_k, which
  * the planner reads, differ. On pages of 16 the row hands the call to its
  * lean twin, which computes what the row does.) Elsewhere the wide blocks
- * do not pay (bench/NOTES.md, session 13).
+ * do not pay.
  */
 #define SDPA_DECODE_WIDE_SMS 8
 
@@ -117,7 +117,7 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * own (sdpa_decode_num_splits at three blocks an SM). Only pages of one
  * tile gain (a lookup a tile to hide); larger pages and contiguous caches
  * stay with the row, and past one round of lean blocks the row's count
- * loses (bench/NOTES.md, session 14).
+ * loses.
  */
 int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps) {
   const int splits = sdpa_decode_num_splits(p, sh);

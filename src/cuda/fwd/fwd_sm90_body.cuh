@@ -70,8 +70,7 @@
 
 /* Whether a tile's softmax overlaps the previous tile's P V
  * (consume_tile_pipe) in the kernel without dropout: at d = 128 only, where
- * it gains; at d 64 and 256, and with dropout, it does not (bench/NOTES.md,
- * session 10). */
+ * it gains; at d 64 and 256, and with dropout, it does not. */
 #define SDPA_FWD_PIPE (SDPA_HDIM == 128)
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,

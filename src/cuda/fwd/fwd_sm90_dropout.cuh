@@ -10,8 +10,7 @@
  * Why: the consumers' issue is latency-bound, so Philox chains in them
  * lengthen every tile's critical path, while the producer warpgroup idles
  * but for one thread's copies; with tiles of 64 (d 256) the consumers' tile
- * is long enough to hide their calls (measurements and the variants tried:
- * bench/NOTES.md).
+ * is long enough to hide their calls.
  *
  * Layout (keep_bit_row, the one statement): consumer thread ctid (warp w =
  * ctid / 32 owns rows 16 w + g and 16 w + g + 8, g = lane / 4, t = lane % 4)
