@@ -70,18 +70,16 @@ static sdpa_status check_tensor(const sdpa_tensor *t, const char *name, int rank
   if ((unsigned)t->dtype > (unsigned)SDPA_DTYPE_I32)
     return sdpa_fail(INV, "%s.dtype = %d: expected one of SDPA_DTYPE_F32, _F16, _BF16, _I32",
                      name, (int)t->dtype);
-  int empty = 0;
   for (int i = 0; i < rank; ++i) {
     int64_t n = t->shape[i];
     if (n < 0) return sdpa_fail(INV, "%s.shape[%d] = " D64 ": expected >= 0", name, i, n);
     if (n > DIM_MAX)
       return sdpa_fail(UNSUP, "%s.shape[%d] = " D64 ": expected <= " D64
                        " (dimensions are 32-bit in the kernels)", name, i, n, DIM_MAX);
-    empty |= n == 0;
   }
   /* no element is read or written: no storage (numpy and torch give NULL) and
    * any strides */
-  if (empty) return SDPA_OK;
+  if (empty_shape(t)) return SDPA_OK;
   if (!t->data) return sdpa_fail(INV, "%s.data = NULL: expected a pointer to %s", name, doc);
   int64_t numel = 1, maxoff = 0, span = 0;
   for (int i = 0; i < rank; ++i) {
@@ -364,9 +362,10 @@ static sdpa_status check_same_as(const sdpa_tensor *t, const char *name, const s
   return SDPA_OK;
 }
 
-/* lse-shaped: dense/cache [b, h, s_q] -> (sb, sh, ss); varlen [h, total_q] -> (0, sh, ss). */
-static sdpa_status check_lse_like(const sdpa_tensor *t, const char *name, const sdpa_problem *p,
-                                  int flags, int64_t st[3]) {
+/* lse-shaped (lse, dlse): dense/cache [b, h, s_q] -> (sb, sh, ss); varlen
+ * [h, total_q] -> (0, sh, ss). */
+static sdpa_status check_lse(const sdpa_tensor *t, const char *name, const sdpa_problem *p,
+                             int flags, int64_t *sb, int64_t *sh, int64_t *ss) {
   int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   SDPA_TRY(check_tensor(t, name, varlen ? 2 : 3,
                         varlen ? "f32 lse [h, total_q]" : "f32 lse [b, h, s_q]", flags));
@@ -374,27 +373,14 @@ static sdpa_status check_lse_like(const sdpa_tensor *t, const char *name, const 
   if (varlen) {
     SDPA_TRY(expect_dim(t, name, 0, p->h, "h", "attn.q.shape[1]"));
     SDPA_TRY(expect_dim(t, name, 1, p->total_q, "total_q", "attn.q.shape[0]"));
-    st[0] = 0;
-    st[1] = t->stride[0];
-    st[2] = t->stride[1];
   } else {
     SDPA_TRY(expect_dim(t, name, 0, p->b, "b", "attn.q.shape[0]"));
     SDPA_TRY(expect_dim(t, name, 1, p->h, "h", "attn.q.shape[2]"));
     SDPA_TRY(expect_dim(t, name, 2, p->s_q, "s_q", "attn.q.shape[1]"));
-    st[0] = t->stride[0];
-    st[1] = t->stride[1];
-    st[2] = t->stride[2];
   }
-  return SDPA_OK;
-}
-
-static sdpa_status check_lse(const sdpa_tensor *t, const char *name, sdpa_problem *p, int flags) {
-  int64_t st[3] = {0, 0, 0};
-  SDPA_TRY(check_lse_like(t, name, p, flags, st));
-  p->lse = (float *)t->data;
-  p->lse_sb = st[0];
-  p->lse_sh = st[1];
-  p->lse_ss = st[2];
+  *sb = varlen ? 0 : t->stride[0];
+  *sh = t->stride[varlen ? 0 : 1];
+  *ss = t->stride[varlen ? 1 : 2];
   return SDPA_OK;
 }
 
@@ -838,7 +824,10 @@ sdpa_status sdpa_validate_fwd(const sdpa_fwd_desc *desc, sdpa_problem *p) {
   SDPA_TRY(check_q_like(&desc->out, "out", p, p->d_v, "d_v", "attn.v.shape[last]", T_OUT));
   p->out = desc->out.data;
   p->o_st = bshd_of(&desc->out);
-  if (present(&desc->lse)) SDPA_TRY(check_lse(&desc->lse, "lse", p, T_OUT));
+  if (present(&desc->lse)) {
+    SDPA_TRY(check_lse(&desc->lse, "lse", p, T_OUT, &p->lse_sb, &p->lse_sh, &p->lse_ss));
+    p->lse = (float *)desc->lse.data;
+  }
 
   if (present(&desc->probs)) {
     const sdpa_tensor *t = &desc->probs;
@@ -893,14 +882,11 @@ sdpa_status sdpa_validate_bwd(const sdpa_bwd_desc *desc, sdpa_problem *p) {
   if (!present(&desc->lse) && !empty_shape(&desc->lse))
     return sdpa_fail(INV, "lse.data = NULL: expected the forward's f32 lse (required by the"
                      " backward)");
-  SDPA_TRY(check_lse(&desc->lse, "lse", p, 0));
+  SDPA_TRY(check_lse(&desc->lse, "lse", p, 0, &p->lse_sb, &p->lse_sh, &p->lse_ss));
+  p->lse = (float *)desc->lse.data;
   if (present(&desc->dlse)) {
-    int64_t st[3] = {0, 0, 0};
-    SDPA_TRY(check_lse_like(&desc->dlse, "dlse", p, 0, st));
+    SDPA_TRY(check_lse(&desc->dlse, "dlse", p, 0, &p->dlse_sb, &p->dlse_sh, &p->dlse_ss));
     p->dlse = (const float *)desc->dlse.data;
-    p->dlse_sb = st[0];
-    p->dlse_sh = st[1];
-    p->dlse_ss = st[2];
   }
   SDPA_TRY(check_q_like(&desc->dout, "dout", p, p->d_v, "d_v", "attn.v.shape[last]", 0));
   p->dout = desc->dout.data;
