@@ -28,7 +28,7 @@
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA | \
    SDPA_FEAT_SEQUSED | SDPA_FEAT_DROPOUT)
 
-/* What every sm80 backward row supports (added by "cudabwd"; the rest:
+/* What every sm80 backward row supports (the rest:
  * d_v != d, unaligned rows, a dbias summed over a broadcast dim, are
  * refused). A bias of any strides and a full dbias run in the row's bias
  * kernel. */
@@ -45,28 +45,28 @@
    SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
 #define SDPA_BWD_SM90_BIAS_FEATURES (SDPA_BWD_SM90_FEATURES | SDPA_FEAT_BIAS | SDPA_FEAT_DBIAS)
 
-/* What every decoding row supports (added by "decode": src/cuda/decode/; the
- * rest: varlen, seqused_k, bias, dropout, probs, d_v != d, unaligned rows,
- * are refused). Dense problems reach these rows only with forced splits. */
+/* What every decoding row supports (src/cuda/decode/; the rest: varlen,
+ * seqused_k, bias, dropout, probs, d_v != d, unaligned rows, are refused).
+ * Dense problems reach these rows only with forced splits. */
 #define SDPA_DECODE_FEATURES                                                             \
   (SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND | SDPA_FEAT_ROTARY |             \
    SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_GQA | SDPA_FEAT_SPLITKV)
 
-/* What the fp32 tensor-core rows support (added by "tf32":
- * src/cuda/fwd/fwd_tf32_body.cuh; the rest: bias, dropout, probs, KV cache,
- * forced split-KV, d_v != d, unaligned rows, are refused: fwd_simt runs them). */
+/* What the fp32 tensor-core rows support (src/cuda/fwd/fwd_tf32_body.cuh;
+ * the rest: bias, dropout, probs, KV cache, forced split-KV, d_v != d,
+ * unaligned rows, are refused: fwd_simt runs them). */
 #define SDPA_FWD_TF32_FEATURES                                                           \
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
    SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
 
-/* What the fp32 tensor-core backward rows support (added by "tf32-bwd":
- * src/cuda/bwd/bwd_tf32_body.cuh; the rest: dropout, bias / dbias, d_v != d,
+/* What the fp32 tensor-core backward rows support
+ * (src/cuda/bwd/bwd_tf32_body.cuh; the rest: dropout, bias / dbias, d_v != d,
  * unaligned rows, are refused: bwd_simt runs them). */
 #define SDPA_BWD_TF32_FEATURES                                                           \
   (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP |            \
    SDPA_FEAT_GQA | SDPA_FEAT_SEQUSED)
 
-/* What the SIMT rows support (added by "simt": src/cuda/simt/simt_*.cu). */
+/* What the SIMT rows support (src/cuda/simt/simt_*.cu). */
 #define SDPA_SIMT_FWD_FEATURES (SDPA_FEAT_ALL & ~(unsigned)SDPA_FEAT_SPLITKV)
 #define SDPA_SIMT_BWD_FEATURES                                                           \
   (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND |    \

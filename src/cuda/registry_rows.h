@@ -23,8 +23,7 @@
 #else
 #define SDPA_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
 #endif
-/* backward rows (added by "cudabwd"; fp32 on tensor cores by "tf32-bwd"): run and
- * workspace functions */
+/* backward rows: run and workspace functions */
 #define SDPA_BWD_ROW_(name, dtype, hdim_min, hdim, bm, bn, features)                         \
   {#name, SDPA_OP_BWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, features, name##_run, name##_workspace, 0},
@@ -47,15 +46,15 @@
 #define SDPA_BWD_SM90_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
 #define SDPA_BWD_SM90_BIAS_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)
 #endif
-/* decoding rows (added by "decode"): run and workspace functions */
+/* decoding rows: run and workspace functions */
 #define SDPA_DECODE_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                       \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_DECODE_FEATURES, name##_run, name##_workspace, 0},
-/* fp32 tensor-core rows (added by "tf32"): run function only */
+/* fp32 tensor-core rows: run function only */
 #define SDPA_TF32_KERNEL(name, dtype, hdim_min, hdim, bm, bn, warps)                         \
   {#name, SDPA_OP_FWD, SDPA_DEVICE_CUDA, 80, SDPA_CUDA_MAX_ARCH, SDPA_DT_##dtype##_, hdim,    \
    hdim_min, bm, bn, SDPA_FWD_TF32_FEATURES, name##_run, NULL, 0},
-/* SIMT rows (added by "simt"): every arch from sm_75, every dtype and head dim */
+/* SIMT rows: every arch from sm_75, every dtype and head dim */
 #define SDPA_SIMT_KERNEL(name, op)                                                           \
   {#name, SDPA_OP_##op, SDPA_DEVICE_CUDA, 75, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0, \
    16, 32, SDPA_SIMT_##op##_FEATURES, name##_run, name##_workspace, 0},
