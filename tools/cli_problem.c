@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "common/dtype.h"
 #include "cpu/parallel.h"
@@ -362,34 +363,23 @@ int cli_problem_download(cli_problem *P, int bwd) {
 #endif
 }
 
-/* (query, key) pairs the mask keeps in a sequence of lengths (sq, sk):
- * include/sdpa.h's rule, i + off - left <= j <= i + off + right. */
-static double visible_pairs(const cli_opts *o, int64_t sq, int64_t sk) {
-  const int64_t off = o->align == SDPA_ALIGN_BOTTOM_RIGHT ? sk - sq : 0;
-  const int64_t left = o->window ? o->window_left : -1;
-  const int64_t right = o->causal ? 0 : o->window ? o->window_right : -1;
-  double n = 0;
-  for (int64_t i = 0; i < sq; ++i) {
-    int64_t lo = left >= 0 && i + off - left > 0 ? i + off - left : 0;
-    int64_t hi = right >= 0 && i + off + right + 1 < sk ? i + off + right + 1 : sk;
-    if (hi > lo) n += (double)(hi - lo);
-  }
-  return n;
-}
-
+/* 2 (d + d_v) FLOPs per (query, key) pair the mask keeps, times h: the
+ * lengths and the mask are the library's own (sdpa_seq_len_q / _k,
+ * sdpa_key_range) on the problem the host buffers describe. */
 double cli_problem_flops(const cli_problem *P) {
-  const cli_opts *o = &P->o;
+  sdpa_fwd_desc fd;
+  sdpa_bwd_desc bd;
+  sdpa_problem p;
+  cli_problem_desc(P, 0, &fd, &bd);
+  if (sdpa_validate_fwd(&fd, &p) != SDPA_OK) return 0;
   double pairs = 0;
-  for (int64_t i = 0; i < o->b; ++i) {
-    int64_t sq = o->s_q, sk = o->s_k;
-    if (P->cu_q.t.data) {
-      const int32_t *cq = (const int32_t *)P->cu_q.t.data, *ck = (const int32_t *)P->cu_k.t.data;
-      sq = cq[i + 1] - cq[i];
-      sk = ck[i + 1] - ck[i];
-    } else if (P->cache_seqlens.t.data) {
-      sk = (int64_t)((const int32_t *)P->cache_seqlens.t.data)[i] + o->new_kv;
+  for (int64_t b = 0; b < p.b; ++b) {
+    const int64_t sq = sdpa_seq_len_q(&p, b), sk = sdpa_seq_len_k(&p, b);
+    for (int64_t i = 0; i < sq; ++i) {
+      int64_t lo, hi;
+      sdpa_key_range(&p, i, sq, sk, &lo, &hi);
+      pairs += (double)(hi - lo);
     }
-    pairs += visible_pairs(o, sq, sk);
   }
-  return 2.0 * pairs * (double)o->h * (double)(o->d + o->d_v);
+  return 2.0 * pairs * (double)p.h * (double)(p.d + p.d_v);
 }
