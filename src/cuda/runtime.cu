@@ -118,15 +118,15 @@ extern "C" sdpa_status sdpa_cuda_opt_in_smem(const void *kernel, int bytes, unsi
 
 /*
  * The library's own stream-ordered memory pool, one a device, for the
- * workspace of a call that brings none. It keeps up to SDPA_WS_POOL_KEEP
- * bytes reserved across synchronizations. The device's default pool
+ * workspace of a call that brings none. It keeps up to SDPA_WS_POOL_KEEP bytes
+ * reserved across synchronizations. The device's default pool
  * (cudaMallocAsync) keeps nothing by default (release threshold 0): every
  * synchronization hands its memory back, and the next allocation maps memory
- * again. A decoding loop synchronizes every step (to read the sampled
- * token), and each step's call would pay for it. The default pool's
- * threshold is not ours to change (the process's: torch's and other libraries' allocations share
- * it). 64 MB covers every decoding workspace many times (b 8, s_k 16k: 0.5
- * MB); a larger one (a long backward's) is handed back down to it at a
+ * again. A decoding loop synchronizes every step (to read the sampled token),
+ * and each step's call would pay for it. The default pool's threshold is not
+ * ours to change (the process's: torch's and other libraries' allocations
+ * share it). 64 MB covers every decoding workspace many times (b 8, s_k 16k:
+ * 0.5 MB); a larger one (a long backward's) is handed back down to it at a
  * synchronization, a cost small next to such a call. Inside a stream
  * capture the default pool's allocation stays (the graph's memory nodes); a
  * device without memory pools (read_device's cache), or a pool refused this
