@@ -269,8 +269,7 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                                 "return_probs: the dense and varlen layouts only (no "
                                 "cache_seqlens)")
             if varlen:  # [b, h, max_seqlen_q, max_seqlen_k]; past a sequence's lengths: 0
-                mq, mk = _varlen_maxima(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                        max_seqlen_k)
+                mq, mk = _varlen_maxima(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
                 probs = T.zeros(q, (len(cu_seqlens_q) - 1, q.shape[-2], mq, mk), "float32")
             else:
                 probs = T.empty(q, _probs_shape(q, k), "float32")
@@ -292,7 +291,7 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     return d, c, out, lse, probs
 
 
-def _varlen_maxima(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+def _varlen_maxima(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
     """(max_seqlen_q, max_seqlen_k) as given, else from the prefix sums."""
     mq = int(max_seqlen_q or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_q, "cu_seqlens_q")))
     mk = int(max_seqlen_k or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_k, "cu_seqlens_k")))

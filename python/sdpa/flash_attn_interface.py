@@ -105,13 +105,16 @@ def _s_dmask(probs, lse, head_dim, is_dropout, is_causal, cu_seqlens_q=None):
 
 
 def _run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-         deterministic, return_attn_probs, **varlen):
+         deterministic, return_attn_probs, block_table=None, **varlen):
     dense = "cu_seqlens_q" not in varlen
-    res = torch_ops.attention(
-        q, k, v, causal=causal, align="bottom-right", window=window_size, softcap=softcap,
-        scale=softmax_scale, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-        seed=_seed(dropout_p), offset=0, return_lse=return_attn_probs,
-        return_probs=return_attn_probs, deterministic=deterministic, **varlen)
+    args = dict(causal=causal, align="bottom-right", window=window_size, softcap=softcap,
+                scale=softmax_scale, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
+                seed=_seed(dropout_p), offset=0, return_lse=return_attn_probs,
+                return_probs=return_attn_probs, **varlen)
+    if block_table is None:
+        res = torch_ops.attention(q, k, v, deterministic=deterministic, **args)
+    else:  # paged keys: the forward alone (flash_attn has no backward for them)
+        res = _core.forward(q, k, v, block_table=block_table, **args)
     if not return_attn_probs:
         return res
     out, lse, probs = res
@@ -155,31 +158,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """q [total_q, h, d], k/v [total_k, h_k, d] (with block_table: paged
     [num_blocks, page_size, h_k, d]), cu_seqlens int32 [b + 1]
     -> out [total_q, h, d] (or (out, softmax_lse [h, total_q], S_dmask))."""
-    if block_table is not None:
-        return _run_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                          dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                          return_attn_probs, block_table)
     return _run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                deterministic, return_attn_probs, cu_seqlens_q=cu_seqlens_q,
+                deterministic, return_attn_probs, block_table, cu_seqlens_q=cu_seqlens_q,
                 cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-
-
-def _run_paged(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-               softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
-               block_table):
-    """Paged varlen: the forward alone (flash_attn has no backward for it)."""
-    with torch.no_grad():
-        res = _core.forward(
-            q, k, v, causal=causal, align="bottom-right", window=window_size, softcap=softcap,
-            scale=softmax_scale, alibi_slopes=alibi_slopes, dropout_p=dropout_p,
-            seed=_seed(dropout_p), return_lse=True, return_probs=return_attn_probs,
-            cu_seqlens_q=cu_seqlens_q.to(torch.int32), cu_seqlens_k=cu_seqlens_k.to(torch.int32),
-            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-            block_table=block_table.to(torch.int32))
-    if not return_attn_probs:
-        return res[0]
-    out, lse, probs = res
-    return out, lse, _s_dmask(probs, lse, q.shape[-1], dropout_p > 0, causal, cu_seqlens_q)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,

@@ -101,6 +101,7 @@ def _bwd_impl(dout, q, k, v, out, lse, dlse, bias, alibi_slopes, cu_seqlens_q, c
               seqused_k, max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
               window_right, dropout_p, seed, offset, deterministic, need_dbias, num_threads,
               kernel):
+    dlse = _last_dim_contiguous(dlse)
     dbias = None
     if need_dbias:
         if bias is None:
@@ -139,8 +140,6 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
     available (traceable by torch.compile, which sees the in-place cache update).
     cache_seqlens: int32 tensor [b]. Returns (out, lse)."""
     wl, wr = _core._window(window)
-    if cache_leftpad is not None:
-        cache_leftpad = cache_leftpad.to(torch.int32)
     args = (q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin, cache_seqlens,
             cache_batch_idx, block_table, alibi_slopes, cache_leftpad,
             0.0 if scale is None else float(scale), float(softcap or 0.0), bool(causal), wl, wr,
@@ -244,7 +243,6 @@ if HAVE_CUSTOM_OP:
         if dout.stride(-1) != 1:
             dout = dout.contiguous()
         need_dbias = bias is not None and ctx.needs_input_grad[3]
-        dlse = _last_dim_contiguous(dlse)
         dq, dk, dv, dbias = torch.ops.sdpa.bwd(
             dout, q, k, v, out, lse, dlse, bias, alibi, cu_q, cu_k, seqused, *ctx.scalars,
             ctx.deterministic, need_dbias, ctx.num_threads, ctx.kernel)
@@ -305,7 +303,7 @@ class SdpaAttention(torch.autograd.Function):
         if dout.stride(-1) != 1:
             dout = dout.contiguous()
         need_dbias = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = _bwd_impl(dout, q, k, v, out, lse, _last_dim_contiguous(dlse), bias,
+        dq, dk, dv, dbias = _bwd_impl(dout, q, k, v, out, lse, dlse, bias,
                                       alibi, cu_q, cu_k, seqused, *p[:11], p[14], need_dbias,
                                       p[12], p[13])
         return dq, dk, dv, (dbias if need_dbias else None), None, None, None, None, None

@@ -147,11 +147,15 @@ class LowerTriangularFromBottomRightMask(AttentionBias):
 
 class _LastKeys:
     """Mixin of the local causal masks: each query sees its last _window_size
-    keys (window (_window_size - 1, 0)); listed first among the bases."""
+    keys (window (_window_size - 1, 0)); listed first among the bases, so its
+    __post_init__ checks the window and then runs the mask's own."""
 
-    def _check_window(self):
+    def __post_init__(self):
         if self._window_size <= 0:
             raise ValueError("window_size = %d: expected > 0" % self._window_size)
+        post = getattr(super(), "__post_init__", None)
+        if post is not None:
+            post()
 
     @property
     def _window(self):
@@ -162,9 +166,6 @@ class _LastKeys:
 class LowerTriangularFromBottomRightLocalAttentionMask(_LastKeys, LowerTriangularFromBottomRightMask):
     """Causal bottom-right, each query sees its last _window_size keys."""
     _window_size: int
-
-    def __post_init__(self):
-        self._check_window()
 
 
 @dataclass

@@ -3,6 +3,7 @@ concatenated along M (batch 1), block i of the queries seeing block i of the
 keys (cu_seqlens_q / _k), in every causal / local form, and the padded-keys
 masks (key slots of a fixed size, of which the first kv_seqlen[i] are used:
 seqused_k)."""
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
@@ -30,10 +31,12 @@ class SeqLenInfo:
                    seqstart_py=starts)
 
     def to(self, device):
+        """This info with its tensors on device (itself when they are there)."""
         if self.seqstart.device == torch.device(device):
             return self
-        return SeqLenInfo(seqstart=self.seqstart.to(device), max_seqlen=self.max_seqlen,
-                          min_seqlen=self.min_seqlen, seqstart_py=self.seqstart_py)
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **moved)
 
     def intervals(self) -> Iterable[Tuple[int, int]]:
         return zip(self.seqstart_py, self.seqstart_py[1:])
@@ -72,13 +75,6 @@ class PaddedSeqLenInfo(SeqLenInfo):
                    seqstart_py=starts, seqlen=torch.tensor(lens, dtype=torch.int32, device=dev),
                    seqlen_py=lens, padding=padding)
 
-    def to(self, device):
-        if self.seqlen.device == torch.device(device):
-            return self
-        return PaddedSeqLenInfo(seqstart=self.seqstart.to(device), max_seqlen=self.max_seqlen,
-                                min_seqlen=self.min_seqlen, seqstart_py=self.seqstart_py,
-                                seqlen=self.seqlen.to(device), seqlen_py=self.seqlen_py,
-                                padding=self.padding)
 
     def intervals(self):
         return ((s, s + n) for s, n in zip(self.seqstart_py, self.seqlen_py))
@@ -100,7 +96,10 @@ class _BlockDiagonalBase(AttentionBias):
     """Batch 1, sequences concatenated along M (queries) and N (keys): block i
     of the queries sees block i of the keys only. sdpa's varlen layout."""
 
-    _varlen = True
+    def to(self, device):
+        """This bias with its infos on device."""
+        return dataclasses.replace(self, q_seqinfo=self.q_seqinfo.to(device),
+                                   k_seqinfo=self.k_seqinfo.to(device))
 
     def materialize(self, shape, dtype=torch.float32, device="cpu"):
         if shape[-2] != self.q_seqinfo.seqstart_py[-1] or shape[-1] != self.k_seqinfo.seqstart_py[-1]:
@@ -163,10 +162,6 @@ class BlockDiagonalMask(_BlockDiagonalBase):
 
         return bias, cat(tensors_q), cat(tensors_k), (cat(tensors_v) if tensors_v else None)
 
-    def to(self, device):
-        return type(self)(**{**self.__dict__, "q_seqinfo": self.q_seqinfo.to(device),
-                             "k_seqinfo": self.k_seqinfo.to(device)})
-
     def split_queries(self, x):
         return self.q_seqinfo.split(x, self._batch_sizes)
 
@@ -226,19 +221,12 @@ class BlockDiagonalCausalLocalAttentionMask(_LastKeys, BlockDiagonalCausalMask):
     """Block diagonal, causal top-left, each query sees its last _window_size keys."""
     _window_size: int = 0
 
-    def __post_init__(self):
-        self._check_window()
-
 
 @dataclass
 class BlockDiagonalCausalLocalAttentionFromBottomRightMask(_LastKeys,
                                                           BlockDiagonalCausalFromBottomRightMask):
     """Block diagonal, causal bottom-right, each query sees its last _window_size keys."""
     _window_size: int = 0
-
-    def __post_init__(self):
-        self._check_window()
-        _check_keys_cover_queries(self)
 
 
 @dataclass
@@ -258,10 +246,6 @@ class BlockDiagonalPaddedKeysMask(_BlockDiagonalBase):
         return cls(q_seqinfo=SeqLenInfo.from_seqlens(q_seqlen, device=device),
                    k_seqinfo=PaddedSeqLenInfo.from_seqlens_padded(kv_seqlen, kv_padding,
                                                                   device=device))
-
-    def to(self, device):
-        return type(self)(**{**self.__dict__, "q_seqinfo": self.q_seqinfo.to(device),
-                             "k_seqinfo": self.k_seqinfo.to(device)})
 
     def make_paged(self, block_tables, page_size, paged_type):
         info = PaddedSeqLenInfo.from_seqlens_padded(self.k_seqinfo.seqlen_py,

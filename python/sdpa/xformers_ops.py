@@ -62,8 +62,8 @@ def _fold_bmghk(query, key, value, share=True):
         raise ValueError("query is [B, M, G, H, K] (rank 5) but key has rank %d and value rank "
                          "%d: expected rank 5 for all three" % (key.ndim, value.ndim))
     B, M, G, H, K = query.shape
-    for x, name in ((key, "key"), (value, "value")):
-        if tuple(x.shape[:4]) != (B, x.shape[1], G, H) or x.shape[1] != key.shape[1]:
+    for x in (key, value):
+        if tuple(x.shape[:4]) != (B, key.shape[1], G, H):
             raise ValueError("Incompatible shapes for attention inputs: query %s, key %s, "
                              "value %s: expected key / value [B, N, G, H, K] with B, G, H of "
                              "query" % (list(query.shape), list(key.shape), list(value.shape)))
@@ -100,6 +100,13 @@ def _to_bmhk(query, key, value, share=True):
     return query, key, value
 
 
+def _one_to_bmhk(x):
+    """One tensor of query's layout (grad, output) as [B, M, heads, K]."""
+    if x.ndim == 3:
+        return x[:, :, None]
+    return x.flatten(2, 3) if x.ndim == 5 else x
+
+
 def _from_bmhk(x, like):
     """x [B, M, heads, K] back in the layout of `like` (3-, 4- or 5-D)."""
     if like.ndim == 3:
@@ -131,12 +138,14 @@ def _lse_from_xformers(lse, query, varlen):
     return lse
 
 
-def _sdpa_call(query, key, value, attn_bias, p, scale):
-    """(q, k, v, keywords, varlen) of one sdpa call for xformers' arguments."""
+def _sdpa_call(query, key, value, attn_bias, p, scale, share=True, gather=None):
+    """(q, k, v, keywords, varlen, rows) of one sdpa call for xformers'
+    arguments; rows: the flat key rows gathered for a paged / gappy bias
+    (_paged_keys; gather None: when gradients are to flow), else None."""
     ndim = query.ndim
-    q, k, v = _to_bmhk(query, key, value)
+    q, k, v = _to_bmhk(query, key, value, share)
     kw = dict(scale=scale, dropout_p=p, seed=_seed(p))
-    varlen = False
+    varlen, rows = False, None
     if attn_bias is None:
         pass
     elif isinstance(attn_bias, torch.Tensor):
@@ -150,31 +159,34 @@ def _sdpa_call(query, key, value, attn_bias, p, scale):
                                  "M), got batch %d" % (type(attn_bias).__name__, q.shape[0]))
             q, k, v = q[0], k[0], v[0]
             if "block_table" in kw:
-                k, v = _paged_keys(attn_bias, q, k, v, kw)
+                k, v, rows = _paged_keys(attn_bias, q, k, v, kw, gather)
             varlen = True
     else:
         raise NotImplementedError("sdpa: attn_bias of type %s" % type(attn_bias).__name__)
-    return q, k, v, kw, varlen
+    return q, k, v, kw, varlen, rows
 
 
-def _paged_keys(bias, q, k, v, kw):
-    """Keys [rows, ...] of a paged / gappy bias as sdpa reads them: pages of
-    the bias' page size through its table; with gradients to compute, the
-    used rows gathered into plain varlen keys (kw loses block_table), since
-    sdpa's paged keys are forward only."""
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
+def _paged_keys(bias, q, k, v, kw, gather):
+    """(k, v, rows): keys [rows, ...] of a paged / gappy bias as sdpa reads
+    them, pages of the bias' page size through its table (rows None); when
+    gathering (by default with gradients to compute) the used rows gathered
+    into plain varlen keys (kw loses block_table), since sdpa's paged keys
+    are forward only."""
+    if gather is None:
+        gather = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    if gather:
         rows = bias._key_rows(k.device)
         del kw["block_table"]
-        return k.index_select(0, rows), v.index_select(0, rows)
+        return k.index_select(0, rows), v.index_select(0, rows), rows
     ps = bias._page_size
-    return k.reshape(-1, ps, *k.shape[1:]), v.reshape(-1, ps, *v.shape[1:])
+    return k.reshape(-1, ps, *k.shape[1:]), v.reshape(-1, ps, *v.shape[1:]), None
 
 
 def _attention(q, k, v, return_lse, kw):
-    """The sdpa call: differentiable, except paged keys (forward only)."""
+    """The sdpa call: differentiable; paged keys go to _core.forward, which
+    runs them forward only."""
     if "block_table" in kw:
-        with torch.no_grad():
-            return _core.forward(q, k, v, return_lse=return_lse, **kw)
+        return _core.forward(q, k, v, return_lse=return_lse, **kw)
     return torch_ops.attention(q, k, v, return_lse=return_lse, **kw)
 
 
@@ -191,7 +203,7 @@ def memory_efficient_attention(query, key, value, attn_bias=None, p=0.0, scale=N
     """Attention of query [B, M, H, K] over key / value [B, N, H_k, K(v)] -> [B, M, H, Kv]
     (differentiable; see the module docstring for the other layouts)."""
     _check_output_dtype(query, output_dtype)
-    q, k, v, kw, varlen = _sdpa_call(query, key, value, attn_bias, p, scale)
+    q, k, v, kw, varlen, _ = _sdpa_call(query, key, value, attn_bias, p, scale)
     out = _attention(q, k, v, False, kw)
     return _from_bmhk(out[None] if varlen else out, query)
 
@@ -208,7 +220,7 @@ def memory_efficient_attention_forward_requires_grad(query, key, value, attn_bia
                                                      scale=None, *, op=None, output_dtype=None):
     """(out, lse), with lse in xformers' layout, for memory_efficient_attention_backward."""
     _check_output_dtype(query, output_dtype)
-    q, k, v, kw, varlen = _sdpa_call(query, key, value, attn_bias, p, scale)
+    q, k, v, kw, varlen, _ = _sdpa_call(query, key, value, attn_bias, p, scale)
     out, lse = _attention(q, k, v, True, kw)
     return _from_bmhk(out[None] if varlen else out, query), _lse_to_xformers(lse, query, varlen)
 
@@ -229,26 +241,20 @@ def memory_efficient_attention_backward(grad, output, lse, query, key, value, at
         raise NotImplementedError("memory_efficient_attention_backward: dropout (p = %g) needs "
                                   "the forward's random state; call memory_efficient_attention "
                                   "and backpropagate through it instead" % p)
-    q, k, v = _to_bmhk(query, key, value, share=False)
-    _, _, _, kw, varlen = _sdpa_call(query, key, value, attn_bias, 0.0, scale)
+    # keys through a table (paged / gappy biases): the used rows gathered
+    q, k, v, kw, varlen, rows = _sdpa_call(query, key, value, attn_bias, 0.0, scale, share=False,
+                                           gather=True)
     kw.pop("dropout_p"), kw.pop("seed")
-    g, o = _to_bmhk(grad, grad, grad)[0], _to_bmhk(output, output, output)[0]
+    g, o = _one_to_bmhk(grad), _one_to_bmhk(output)
     if varlen:
-        q, k, v, g, o = q[0], k[0], v[0], g[0], o[0]
-    rows = None
-    kw.pop("block_table", None)
-    if hasattr(attn_bias, "_key_rows"):  # keys through a table: the used rows gathered
-        rows = attn_bias._key_rows(k.device)
-        k_all, v_all = k, v
-        k, v = k.index_select(0, rows), v.index_select(0, rows)
-    l = _lse_from_xformers(lse, query, varlen).contiguous()
-    if l.shape[-1] != q.shape[-3]:  # lse padded past M
-        l = l[..., :q.shape[-3]].contiguous()
-    g, o = g.contiguous(), o.contiguous()
+        g, o = g[0], o[0]
+    l = _lse_from_xformers(lse, query, varlen)[..., :q.shape[-3]]  # lse may be padded past M
+    g, o, l = (torch_ops._last_dim_contiguous(x) for x in (g, o, l))
     dq, dk, dv = _core.backward(g, q, k, v, o, l, **kw)[:3]
     if rows is not None:  # back to every row (rows read twice sum, rows not read get 0)
-        dk = torch.zeros_like(k_all).index_add_(0, rows, dk)
-        dv = torch.zeros_like(v_all).index_add_(0, rows, dv)
+        n = key.shape[1]
+        dk = dk.new_zeros((n,) + tuple(dk.shape[1:])).index_add_(0, rows, dk)
+        dv = dv.new_zeros((n,) + tuple(dv.shape[1:])).index_add_(0, rows, dv)
     if varlen:
         dq, dk, dv = dq[None], dk[None], dv[None]
     return _from_bmhk(dq, query), _from_bmhk(dk, key), _from_bmhk(dv, value)

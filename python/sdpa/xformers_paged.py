@@ -1,6 +1,7 @@
 """xformers' paged and gappy-keys masks over sdpa's paged varlen keys: key
 block i read through a block table (pages of the cache), or through a table of
 single rows (gappy keys: blocks at any, possibly overlapping, starts)."""
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -9,7 +10,8 @@ import torch
 
 from .xformers_base import AttentionBias
 from .xformers_blockdiag import (BlockDiagonalCausalWithOffsetPaddedKeysMask,
-                                 BlockDiagonalPaddedKeysMask, PaddedSeqLenInfo, SeqLenInfo)
+                                 BlockDiagonalPaddedKeysMask, PaddedSeqLenInfo, SeqLenInfo,
+                                 _varlen_args)
 
 class _KeyRowsBias(AttentionBias):
     """A block-diagonal bias whose key blocks sdpa reads through a table
@@ -24,6 +26,13 @@ class _KeyRowsBias(AttentionBias):
         """Flat key rows of each block (lists), for the row table and the gather."""
         raise NotImplementedError
 
+    def to(self, device):
+        """This bias with its infos (and block_tables) on device."""
+        moved = dict(q_seqinfo=self.q_seqinfo.to(device), k_seqinfo=self.k_seqinfo.to(device))
+        if hasattr(self, "block_tables"):
+            moved["block_tables"] = self.block_tables.to(device)
+        return dataclasses.replace(self, **moved)
+
     def _table(self, device):
         """block_table of the sdpa call: pages for _page_size > 1, else rows."""
         rows = self._rows()
@@ -35,19 +44,15 @@ class _KeyRowsBias(AttentionBias):
         return torch.tensor([j for r in self._rows() for j in r], dtype=torch.long, device=device)
 
     def _sdpa_args(self, device):
+        """Varlen keys of each block's length, read through _table."""
         kw = AttentionBias._sdpa_args(self, device)
-        lens = [len(r) for r in self._rows()]
-        cu = [0]
-        for n in lens:
-            cu.append(cu[-1] + n)
-        kw.update(cu_seqlens_q=self.q_seqinfo.seqstart.to(device),
-                  cu_seqlens_k=torch.tensor(cu, dtype=torch.int32, device=device),
-                  max_seqlen_q=max(self.q_seqinfo.max_seqlen, 0),
-                  max_seqlen_k=max(lens + [0]), block_table=self._table(device))
+        keys = SeqLenInfo.from_seqlens(self.k_seqinfo.seqlen_py, device=device)
+        kw.update(_varlen_args(self.q_seqinfo, keys, device), block_table=self._table(device))
         return kw
 
-    def _materialize_rows(self, shape, dtype, device):
-        """[..., M, N]: block i's mask (this class' mask) at its rows."""
+    def materialize(self, shape, dtype=torch.float32, device="cpu"):
+        """[..., M, N]: block i's mask (this class' mask) at its rows (paged:
+        N = pages * page_size, the physical rows)."""
         full = torch.full(tuple(shape[-2:]), -math.inf, dtype=dtype, device=device)
         for (q0, q1), rows in zip(self.q_seqinfo.intervals(), self._rows()):
             if rows:
@@ -82,10 +87,6 @@ class PagedBlockDiagonalPaddedKeysMask(_KeyRowsBias):
     def _page_size(self):
         return self.page_size
 
-    def to(self, device):
-        return type(self)(q_seqinfo=self.q_seqinfo.to(device), k_seqinfo=self.k_seqinfo.to(device),
-                          block_tables=self.block_tables.to(device), page_size=self.page_size)
-
     def _rows(self):
         ps, tables = self.page_size, self.block_tables.tolist()
         return [[tables[b][j // ps] * ps + j % ps for j in range(n)]
@@ -93,10 +94,6 @@ class PagedBlockDiagonalPaddedKeysMask(_KeyRowsBias):
 
     def _table(self, device):
         return self.block_tables.to(device=device, dtype=torch.int32)
-
-    def materialize(self, shape, dtype=torch.float32, device="cpu"):
-        """[..., M, used pages * page_size], the mask at the physical rows."""
-        return self._materialize_rows(shape, dtype, device)
 
 
 @dataclass
@@ -127,11 +124,6 @@ class GappySeqInfo(SeqLenInfo):
                    max_seqlen=max(lens), min_seqlen=min(lens), seqstart_py=list(seqstarts),
                    seqlen=torch.tensor(lens, dtype=torch.int32, device=dev), seqlen_py=lens)
 
-    def to(self, device):
-        return GappySeqInfo(seqstart=self.seqstart.to(device), max_seqlen=self.max_seqlen,
-                            min_seqlen=self.min_seqlen, seqstart_py=self.seqstart_py,
-                            seqlen=self.seqlen.to(device), seqlen_py=self.seqlen_py)
-
     def intervals(self):
         return ((s, s + n) for s, n in zip(self.seqstart_py, self.seqlen_py))
 
@@ -153,14 +145,8 @@ class BlockDiagonalGappyKeysMask(_KeyRowsBias):
                    k_seqinfo=GappySeqInfo.from_seqlens_gappy(kv_seqstarts, kv_seqlen, False,
                                                              device=device))
 
-    def to(self, device):
-        return type(self)(q_seqinfo=self.q_seqinfo.to(device), k_seqinfo=self.k_seqinfo.to(device))
-
     def _rows(self):
         return [list(range(a, b)) for a, b in self.k_seqinfo.intervals()]
-
-    def materialize(self, shape, dtype=torch.float32, device="cpu"):
-        return self._materialize_rows(shape, dtype, device)
 
     def make_paged(self, block_tables, page_size, notional_padding, paged_type):
         starts = [st - i * notional_padding for i, st in enumerate(self.k_seqinfo.seqstart_py[:-1])]
@@ -196,15 +182,8 @@ class PagedBlockDiagonalGappyKeysMask(_KeyRowsBias):
                                                              device=dev),
                    block_tables=block_tables, page_size=page_size)
 
-    def to(self, device):
-        return type(self)(q_seqinfo=self.q_seqinfo.to(device), k_seqinfo=self.k_seqinfo.to(device),
-                          block_tables=self.block_tables.to(device), page_size=self.page_size)
-
     def _rows(self):
         ps, tables = self.page_size, self.block_tables.tolist()
         return [[tables[b][(st + j) // ps] * ps + (st + j) % ps for j in range(n)]
                 for b, (st, n) in enumerate(zip(self.k_seqinfo.seqstart_py,
                                                 self.k_seqinfo.seqlen_py))]
-
-    def materialize(self, shape, dtype=torch.float32, device="cpu"):
-        return self._materialize_rows(shape, dtype, device)

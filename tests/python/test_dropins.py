@@ -106,6 +106,49 @@ def test_bmghk_layouts_it_cannot_fold_raise():
     _close(out.reshape(B, Mq, G * H, K), ref)
 
 
+def test_block_diagonal_biases_move_every_tensor():
+    """bias.to(device) moves the infos' tensors and the block tables, keeps the
+    rest (window, page size), and is a no-op for infos already there."""
+    bt = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    biases = [
+        xops.BlockDiagonalMask.from_seqlens([2, 3], [4, 3]),
+        xops.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(
+            [2, 3], 8, [4, 3], 2),
+        xops.PagedBlockDiagonalPaddedKeysMask.from_seqlens([2, 3], [4, 3], bt, 16),
+        xops.BlockDiagonalGappyKeysMask.from_seqlens([2, 3], [0, 5, 9], [4, 3]),
+        xops.PagedBlockDiagonalGappyKeysMask.from_seqlens([2, 3], [1, 2], [4, 3], bt, 16),
+    ]
+    for b in biases:
+        m = b.to("meta")
+        assert type(m) is type(b)
+        tensors = [m.q_seqinfo.seqstart, m.k_seqinfo.seqstart]
+        tensors += [m.k_seqinfo.seqlen] if getattr(b.k_seqinfo, "seqlen", None) is not None else []
+        tensors += [m.block_tables] if hasattr(b, "block_tables") else []
+        assert all(t.device.type == "meta" for t in tensors)
+        assert getattr(m, "_window_size", 2) == 2 and getattr(m, "page_size", 16) == 16
+        assert b.to("cpu").k_seqinfo is b.k_seqinfo
+
+
+def test_local_masks_refuse_an_empty_window():
+    """Every mask of the last window_size keys refuses window_size <= 0, and
+    the bottom-right block mask still checks that keys cover the queries."""
+    makers = [
+        lambda w: xops.LowerTriangularFromBottomRightLocalAttentionMask(w),
+        lambda w: xops.BlockDiagonalMask.from_seqlens([2, 3], [2, 3]).make_local_attention(w),
+        lambda w: xops.BlockDiagonalMask.from_seqlens(
+            [2, 3], [4, 3]).make_local_attention_from_bottomright(w),
+        lambda w: xops.BlockDiagonalCausalLocalAttentionPaddedKeysMask.from_seqlens_local(
+            [2, 3], 8, [4, 3], w),
+    ]
+    for make in makers:
+        assert make(2)._window == (1, 0)
+        for w in (0, -1):
+            with pytest.raises(ValueError):
+                make(w)
+    with pytest.raises(ValueError):  # block 1: 3 queries, 2 keys
+        xops.BlockDiagonalMask.from_seqlens([2, 3], [4, 2]).make_local_attention_from_bottomright(2)
+
+
 def test_packed_inputs_in_another_layout_raise():
     qkv = torch.randn(2, 5, 4, 3, 8)  # [b, s, h, 3, d]: not flash_attn's [b, s, 3, h, d]
     with pytest.raises(ValueError):
