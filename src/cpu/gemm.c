@@ -7,8 +7,8 @@
  * backend calls sgemm from all its threads at once. Debian's serial OpenBLAS
  * is built with USE_THREAD=0 and no USE_LOCKING, and its buffer pool then
  * races: it returns wrong, run-to-run different results (OpenBLAS issues
- * #1755, #2126). The pthreads build locks its
- * pool; with its thread count set to 1 every call runs on the caller's thread.
+ * #1755, #2126). The pthreads build locks its pool; with its thread count
+ * set to 1 every call runs on the caller's thread.
  */
 #include "gemm.h"
 
