@@ -10,7 +10,7 @@ brackets), x torch FLASH in mode plain, and each build's largest relative differ
 from the first build's dq / dk / dv (rd; outputs NaN-filled before the call). out and
 lse come from the first build's forward, so it must have the forward rows. det =
 deterministic, drop = dropout 0.1. The library is swapped by common.use_library, as in
-decode_probe.py --libs. (bench/NOTES.md "the d = 256 Hopper backward" ran it as ab_bwd.py.)"""
+decode_probe.py --libs."""
 import argparse
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -17,29 +17,47 @@
 #include "cuda/kernels.h"
 #endif
 
+static _Thread_local const char *trace_name;
+
+void sdpa_trace_run(const char *name) { trace_name = name; }
+
+const char *sdpa_trace_take(void) {
+  const char *name = trace_name;
+  trace_name = NULL;
+  return name;
+}
+
 static sdpa_status cpu_fwd_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  (void)row;
+  sdpa_trace_run(row->name);
   return sdpa_cpu_fwd(p);
 }
 
 static sdpa_status cpu_bwd_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  (void)row;
+  sdpa_trace_run(row->name);
   return sdpa_cpu_bwd(p);
 }
 
-/* The backward has no cache layouts, append, rotary, probs or forced splits. */
+/* Listed, never "all but": a new feature bit is refused until a row says it
+ * runs it. The backward has no cache layouts, append, rotary, probs or
+ * forced splits. */
+#define CPU_COMMON_FEATURES                                                                 \
+  (SDPA_FEAT_VARLEN | SDPA_FEAT_MASK | SDPA_FEAT_ALIBI | SDPA_FEAT_SOFTCAP | SDPA_FEAT_BIAS |   \
+   SDPA_FEAT_DROPOUT | SDPA_FEAT_GQA | SDPA_FEAT_DV_NE_D | SDPA_FEAT_UNALIGNED |              \
+   SDPA_FEAT_SEQUSED | SDPA_FEAT_EMPTY)
+#define CPU_FWD_FEATURES                                                                    \
+  (CPU_COMMON_FEATURES | SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND |              \
+   SDPA_FEAT_ROTARY | SDPA_FEAT_PROBS | SDPA_FEAT_SPLITKV)
 #define CPU_BWD_FEATURES                                                                    \
-  (SDPA_FEAT_ALL & ~(unsigned)(SDPA_FEAT_CACHE | SDPA_FEAT_PAGED | SDPA_FEAT_APPEND |         \
-                               SDPA_FEAT_ROTARY | SDPA_FEAT_PROBS | SDPA_FEAT_SPLITKV))
+  (CPU_COMMON_FEATURES | SDPA_FEAT_DBIAS | SDPA_FEAT_DBIAS_SUM | SDPA_FEAT_DLSE)
 
 static const sdpa_kernel_row rows[] = {
 #ifdef SDPA_HAVE_CUDA
 #include "cuda/registry_rows.h"
 #endif
     {"cpu_fwd", SDPA_OP_FWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, SDPA_FEAT_ALL, cpu_fwd_run, NULL, 0},
+     0, 0, CPU_FWD_FEATURES, cpu_fwd_run, NULL, 0, NULL},
     {"cpu_bwd", SDPA_OP_BWD, SDPA_DEVICE_CPU, 0, 0, SDPA_DT_F32 | SDPA_DT_F16 | SDPA_DT_BF16, 0, 0,
-     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0},
+     0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0, NULL},
 };
 
 int sdpa_registry_count(void) { return (int)(sizeof rows / sizeof rows[0]); }
@@ -159,13 +177,16 @@ typedef enum refusal {
   WRONG_DTYPE,
   WRONG_HEAD_DIM,
   MISSING_FEATURES, /* the problem needs features the row lacks */
-  REQUIRED_FEATURES /* the row needs features the problem lacks */
+  REQUIRED_FEATURES, /* the row needs features the problem lacks */
+  OWN_RULE           /* the row's refuse function declines */
 } refusal;
 
 static int64_t head_dim_max(const sdpa_problem *p) { return p->d > p->d_v ? p->d : p->d_v; }
 
-/* f: sdpa_problem_features(p), computed once by the caller. */
-static refusal row_check(const sdpa_kernel_row *row, const sdpa_problem *p, int arch, unsigned f) {
+/* f: sdpa_problem_features(p), computed once by the caller; why (n bytes)
+ * receives the words of a row's own rule. */
+static refusal row_check(const sdpa_kernel_row *row, const sdpa_problem *p, int arch, unsigned f,
+                         char *why, size_t n) {
   if (row->device != p->device) return WRONG_DEVICE;
   if (row->device == SDPA_DEVICE_CUDA) {
     if (arch == 0) return NO_GPU;
@@ -177,6 +198,7 @@ static refusal row_check(const sdpa_kernel_row *row, const sdpa_problem *p, int 
     return WRONG_HEAD_DIM;
   if (f & ~row->features) return MISSING_FEATURES;
   if (row->required & ~f) return REQUIRED_FEATURES;
+  if (row->refuse && row->refuse(p, row, why, n)) return OWN_RULE;
   return FITS;
 }
 
@@ -184,7 +206,7 @@ const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, 
                              char *why, size_t n) {
   const unsigned f = sdpa_problem_features(p);
   char names[256];
-  switch (row_check(row, p, arch, f)) {
+  switch (row_check(row, p, arch, f, why, n)) {
   case FITS: return NULL;
   case WRONG_DEVICE:
     snprintf(why, n, "runs on %s, the problem is on %s",
@@ -208,6 +230,7 @@ const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, 
     sdpa_feature_names(row->required & ~f, names, sizeof names);
     snprintf(why, n, "needs: %s (a kernel for problems with it)", names);
     break;
+  case OWN_RULE: break; /* worded by the row */
   }
   return why;
 }
@@ -245,7 +268,7 @@ sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_r
   for (int i = 0; i < sdpa_registry_count(); ++i) {
     const sdpa_kernel_row *row = &rows[i];
     if (row->op != op || row->device != p->device) continue;
-    if (row_check(row, p, arch, f) == FITS) {
+    if (row_check(row, p, arch, f, why, sizeof why) == FITS) {
       *out = row;
       return SDPA_OK;
     }

@@ -51,6 +51,10 @@ enum {
 typedef struct sdpa_kernel_row sdpa_kernel_row;
 typedef sdpa_status (*sdpa_kernel_run_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
 typedef size_t (*sdpa_kernel_ws_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
+/* A row's own rule beyond the table's fields: NULL when the row runs p, else
+ * the reason, written into why (n bytes). */
+typedef const char *(*sdpa_kernel_refuse_fn)(const sdpa_problem *p, const sdpa_kernel_row *row,
+                                             char *why, size_t n);
 
 struct sdpa_kernel_row {
   const char *name;
@@ -64,8 +68,9 @@ struct sdpa_kernel_row {
   unsigned features;        /* SDPA_FEAT_* supported */
   sdpa_kernel_run_fn run;
   sdpa_kernel_ws_fn workspace; /* NULL = needs none */
-  unsigned required;        /* SDPA_FEAT_* the problem must have (0: none; the Hopper
-                               backward's bias rows: a bias) */
+  unsigned required;        /* SDPA_FEAT_* the problem must have (0: none; the bias
+                               rows of the backward: a bias) */
+  sdpa_kernel_refuse_fn refuse; /* NULL: the fields above decide alone */
 };
 
 /* Features p needs (a pure function of the problem). */
@@ -84,6 +89,18 @@ const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, 
 /* The first row of op that supports p (honouring p->kernel), or
  * SDPA_ERR_NOT_SUPPORTED with every refusal in the message. */
 sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **row);
+
+/* Every run function names itself here first, so a test can check that the
+ * kernel which ran is the row dispatch chose (one name a thread). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+void sdpa_trace_run(const char *name);
+/* The name the calling thread's last run function gave, or NULL; cleared. */
+const char *sdpa_trace_take(void);
+#ifdef __cplusplus
+}
+#endif
 
 /* CUDA (src/cuda/runtime.cu): compute capability x10 of the current device,
  * and its SM count; 0 when none is usable. */

@@ -89,7 +89,7 @@ int bwd_case_build(const bcase *c, bbufs *f, test_rng *rng) {
   sdpa_fwd_init(&fd);
   fd.attn = *a;
   fd.out = f->out.h, fd.lse = f->lse.h;
-  sdpa_status st = sdpa_fwd(&fd);
+  sdpa_status st = gpu_fwd(&fd);
   if (!TEST_EXPECT(st == SDPA_OK, "%s: CPU sdpa_fwd: %s", c->name, sdpa_last_error())) return 0;
 
   f->host.out = f->out.h, f->host.lse = f->lse.h, f->host.dout = f->dout.h;
@@ -167,7 +167,7 @@ int bwd_case_rerun_same(const bcase *c, bbufs *f, int runs) {
   }
   for (int run = 0; run < runs; ++run) {
     bwd_case_poison(f);
-    const sdpa_status st = sdpa_bwd(&f->dev);
+    const sdpa_status st = gpu_bwd(&f->dev);
     TEST_EXPECT(st == SDPA_OK, "%s: rerun %d: %s", c->name, run, sdpa_last_error());
     for (int n = 0; n < 3; ++n) {
       dual_download(g[n]);

@@ -1,8 +1,8 @@
 /*
  * gpu_common.c - CUDA_OK's fatal path, the host/device `dual` tensors of
  * the GPU tests, the benchmarks' device tensors and median timing, the
- * relative-error measure of the fp32 (tf32) tests, and the Hopper rows'
- * selection checks (gpu_common.h).
+ * relative-error measure of the fp32 (tf32) tests, the Hopper rows'
+ * selection checks, and the calls checked against explain (gpu_common.h).
  */
 #include "gpu_common.h"
 
@@ -13,10 +13,41 @@
 
 #include "common/dtype.h"
 #include "common/harness.h"
+#include "registry.h"
 
 void gpu_cuda_fatal(const char *file, int line, const char *call, cudaError_t e) {
   printf("FATAL %s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
   exit(1);
+}
+
+static char explained_text[1 << 15];
+
+/* st, after the check of the kernel that ran against explained_text's
+ * "selected: <name>" line (explain's status: explained). */
+static sdpa_status expect_ran(const char *op, sdpa_status explained, sdpa_status st) {
+  const char *ran = sdpa_trace_take();
+  if (st != SDPA_OK) return st;
+  char chosen[128] = "";
+  if (!TEST_EXPECT(explained == SDPA_OK &&
+                       sscanf(explained_text, "selected: %127s", chosen) == 1,
+                   "%s: the call succeeded but explain did not select a kernel: %.200s", op,
+                   explained_text))
+    return st;
+  TEST_EXPECT(ran != NULL && strcmp(ran, chosen) == 0, "%s: explain selected %s, %s ran", op,
+              chosen, ran ? ran : "no kernel");
+  return st;
+}
+
+sdpa_status gpu_fwd(const sdpa_fwd_desc *desc) {
+  const sdpa_status ex = sdpa_explain_fwd(desc, explained_text, sizeof explained_text);
+  (void)sdpa_trace_take();
+  return expect_ran("sdpa_fwd", ex, sdpa_fwd(desc));
+}
+
+sdpa_status gpu_bwd(const sdpa_bwd_desc *desc) {
+  const sdpa_status ex = sdpa_explain_bwd(desc, explained_text, sizeof explained_text);
+  (void)sdpa_trace_take();
+  return expect_ran("sdpa_bwd", ex, sdpa_bwd(desc));
 }
 
 dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64_t pad) {

@@ -6,7 +6,8 @@
  * its inputs on the host, uploads, calls sdpa on the device and downloads the
  * outputs for the oracle checks; the device tensors of the benchmarks and
  * their median timing; the relative-error measure of the fp32 (tf32) tests;
- * and the Hopper rows' selection checks.
+ * the Hopper rows' selection checks; the calls that check explain against
+ * the kernel that ran.
  */
 #ifndef SDPA_TEST_GPU_COMMON_H
 #define SDPA_TEST_GPU_COMMON_H
@@ -50,6 +51,13 @@ void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const c
  * naming `name` otherwise, and 0. */
 int gpu_sm90_lists(const char *name, sdpa_status explain_status, const char *explain,
                    const char *row);
+
+/* sdpa_fwd / sdpa_bwd, and where the call succeeds a test failure unless the
+ * kernel that ran (the name its run function gave, sdpa_trace_take) is the
+ * one sdpa_explain_* selected for the same descriptor just before: the
+ * registry is the only dispatcher. Every GPU test calls through these. */
+sdpa_status gpu_fwd(const sdpa_fwd_desc *desc);
+sdpa_status gpu_bwd(const sdpa_bwd_desc *desc);
 
 /* Benchmark tensors: buf[0..3] = q, k, v, out, n elements of es bytes each
  * on the device; q, k and v hold host[0..n) shifted by 0, 7 and 13 elements

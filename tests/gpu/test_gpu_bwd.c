@@ -51,7 +51,7 @@ static void run_case(const bcase *c, int det_runs) {
     gpu_expect_hopper_row(c->name, ex, buf, "bwd_sm90_");
   }
   bwd_case_poison(&f);
-  const sdpa_status st = sdpa_bwd(&f.dev);
+  const sdpa_status st = gpu_bwd(&f.dev);
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd: %s: %s", c->name, sdpa_status_string(st),
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
@@ -88,7 +88,7 @@ static void run_graph(const bcase *c) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  st = sdpa_bwd(&f.dev);
+  st = gpu_bwd(&f.dev);
   cudaError_t ce = cudaStreamEndCapture(s, &graph);
   TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd under capture: %s", c->name, sdpa_last_error());
   if (TEST_EXPECT(ce == cudaSuccess, "%s: capture: %s", c->name, cudaGetErrorString(ce))) {
@@ -106,7 +106,7 @@ static void run_graph(const bcase *c) {
   /* a workspace one byte short is refused with the size named */
   f.dev.workspace_size = ws_bytes - 1;
   f.dev.attn.stream = NULL;
-  TEST_EXPECT_ERROR(sdpa_bwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size");
+  TEST_EXPECT_ERROR(gpu_bwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size");
   CUDA_OK(cudaFree(ws));
   CUDA_OK(cudaStreamDestroy(s));
   bwd_case_done(&f, r);
@@ -126,7 +126,7 @@ static void run_refusal(void) {
     TEST_EXPECT(st == SDPA_OK && strstr(buf, "bwd_sm80_bf16_hd32") && strstr(buf, "unaligned") &&
                     !strstr(buf, "selected: bwd_sm80"),
                 "explain refuses the sm80 rows as 'unaligned' and selects a fallback: %s", buf);
-    st = sdpa_bwd(&f.dev);
+    st = gpu_bwd(&f.dev);
     TEST_EXPECT(st == SDPA_OK, "unaligned backward runs on a fallback row: %s", sdpa_last_error());
   }
   bwd_case_release(&f);
@@ -141,7 +141,7 @@ static void run_refusal(void) {
     const sdpa_status ex = sdpa_explain_bwd(&f.dev, buf, sizeof buf);
     if (gpu_sm90_lists(c.name, ex, buf, "bwd_sm90_bias_bf16_hd64")) {
       f.dev.attn.kernel = "bwd_sm90_bias_bf16_hd64";
-      const sdpa_status st = sdpa_bwd(&f.dev);
+      const sdpa_status st = gpu_bwd(&f.dev);
       TEST_EXPECT(st == SDPA_ERR_NOT_SUPPORTED && strstr(sdpa_last_error(), "needs: bias"),
                   "a bias row without a bias: %s: %s", sdpa_status_string(st), sdpa_last_error());
       const char *line = strstr(buf, "bwd_sm90_bias_bf16_hd64 ");

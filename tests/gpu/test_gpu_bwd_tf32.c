@@ -107,7 +107,7 @@ static void run(const bcase *c, int det_runs, const char *refuse) {
   f.dev.deterministic = det_runs > 0;
   check_dispatch(c, &f, refuse);
   bwd_case_poison(&f);
-  const sdpa_status st = sdpa_bwd(&f.dev);
+  const sdpa_status st = gpu_bwd(&f.dev);
   const cudaError_t ce = cudaDeviceSynchronize();
   if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_bwd: %s (%s), sync: %s", c->name,
                   sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce))) {

@@ -328,7 +328,7 @@ static void print_case(const dcase *c, const char *tag) {
 /* Runs the device descriptor on `stream` (optionally captured in a graph). */
 static sdpa_status run_dev(sdpa_fwd_desc *desc, int graph) {
   if (!graph) {
-    sdpa_status st = sdpa_fwd(desc);
+    sdpa_status st = gpu_fwd(desc);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
       printf("  device error: %s\n", cudaGetErrorString(e));
@@ -342,7 +342,7 @@ static sdpa_status run_dev(sdpa_fwd_desc *desc, int graph) {
   cudaGraph_t g = NULL;
   cudaGraphExec_t ex = NULL;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  sdpa_status st = sdpa_fwd(desc);
+  sdpa_status st = gpu_fwd(desc);
   cudaError_t e = cudaStreamEndCapture(s, &g);
   if (st == SDPA_OK && e == cudaSuccess) e = cudaGraphInstantiate(&ex, g, 0);
   /* twice, the outputs poisoned between: the second replay must write them
@@ -399,7 +399,7 @@ static void run_case_mode(const dcase *c, int graph) {
       /* one byte short: an error naming the size, and the cache untouched
        * (the append runs only after every check) */
       f.dev.workspace_size = bytes - 1;
-      TEST_EXPECT_ERROR(sdpa_fwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size",
+      TEST_EXPECT_ERROR(gpu_fwd(&f.dev), SDPA_ERR_INVALID_ARGUMENT, "workspace_size",
                         "expected at least");
       CUDA_OK(cudaDeviceSynchronize());
       static const int caches[2] = {T_KC, T_VC};
@@ -431,7 +431,7 @@ static void run_case_mode(const dcase *c, int graph) {
     sdpa_fwd_desc cd = f.host;
     cd.out = cout;
     cd.lse.data = NULL;
-    st = sdpa_fwd(&cd);
+    st = gpu_fwd(&cd);
     if (TEST_EXPECT(st == SDPA_OK, "%s: CPU backend: %s", c->name, sdpa_last_error())) {
       double *co = malloc(sizeof(double) * (size_t)n_out), lowp_err = 0.0;
       for (int64_t e = 0; e < n_out; ++e) {

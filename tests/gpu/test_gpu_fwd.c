@@ -255,7 +255,7 @@ static void check_results(const gcase *c, gbufs *f) {
     cd.out = cout;
     cd.lse.data = NULL;
     cd.probs.data = NULL;
-    sdpa_status st = sdpa_fwd(&cd);
+    sdpa_status st = gpu_fwd(&cd);
     if (TEST_EXPECT(st == SDPA_OK, "%s: CPU backend: %s", c->name, sdpa_last_error())) {
       double *co = malloc(sizeof(double) * (size_t)n_out);
       double lowp_err = 0.0;
@@ -297,7 +297,7 @@ static void run_case(const gcase *c) {
   gbufs f;
   build(c, &f);
   check_selection(c, &f);
-  sdpa_status st = sdpa_fwd(&f.dev);
+  sdpa_status st = gpu_fwd(&f.dev);
   cudaError_t ce = cudaDeviceSynchronize();
   if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd returned %s (%s), sync: %s",
                   c->name, sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce)))
@@ -318,7 +318,7 @@ static void run_graph(const gcase *c) {
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  sdpa_status st = sdpa_fwd(&f.dev);
+  sdpa_status st = gpu_fwd(&f.dev);
   cudaError_t ce = cudaStreamEndCapture(s, &graph);
   if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: capture: %s (%s), end: %s", c->name,
                   sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce))) {
@@ -371,7 +371,7 @@ static void run_refusal(const gcase *c, const char *row, const char *needle) {
   TEST_EXPECT(declined && strncmp(buf, "selected: fwd_sm80", 18) != 0,
               "%s: explain should show %s declining with '%s':\n%s", c->name, row, needle, buf);
   if (st == SDPA_OK) {
-    st = sdpa_fwd(&f.dev);
+    st = gpu_fwd(&f.dev);
     cudaError_t ce = cudaDeviceSynchronize();
     if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd: %s (%s)", c->name,
                     sdpa_status_string(st), sdpa_last_error()))

@@ -402,7 +402,7 @@ static void run_fwd(const scase *c) {
     }
   }
   env_up(&f.E);
-  st = sdpa_fwd(&f.df);
+  st = gpu_fwd(&f.df);
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_fwd: %s: %s", c->name, sdpa_status_string(st),
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
@@ -434,7 +434,7 @@ static int run_bwd(const scase *c) {
   sdpa_fwd_desc fd;
   sdpa_fwd_init(&fd);
   fd.attn = f.ha, fd.out = f.out.h, fd.lse = f.lse.h;
-  sdpa_status st = sdpa_fwd(&fd);
+  sdpa_status st = gpu_fwd(&fd);
   if (!TEST_EXPECT(st == SDPA_OK, "%s: CPU sdpa_fwd: %s", c->name, sdpa_last_error())) {
     env_free(&f.E);
     return 0;
@@ -452,8 +452,9 @@ static int run_bwd(const scase *c) {
     char buf[8192], want[96], h90[64];
     const char *row = c->expect;
     sdpa_status ex = sdpa_explain_bwd(&db, buf, sizeof buf);
-    if (c->hopper) { /* expect is a bwd_sm80_ row here (run_fast) */
-      snprintf(h90, sizeof h90, "bwd_sm90_bias_%s", c->expect + strlen("bwd_sm80_"));
+    if (c->hopper) { /* expect is a bwd_sm80_<dtype>_hd<d>_bias row here (run_fast) */
+      snprintf(h90, sizeof h90, "bwd_sm90_bias_%.*s", (int)(strlen(c->expect) - strlen("bwd_sm80_") - strlen("_bias")),
+               c->expect + strlen("bwd_sm80_"));
       if (gpu_sm90_lists(c->name, ex, buf, h90)) row = h90, hopper_row = 1;
     }
     snprintf(want, sizeof want, "selected: %s\n", row);
@@ -493,7 +494,7 @@ static int run_bwd(const scase *c) {
   }
 
   env_up(&f.E);
-  st = sdpa_bwd(&db);
+  st = gpu_bwd(&db);
   if (TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd: %s: %s", c->name, sdpa_status_string(st),
                   sdpa_last_error())) {
     CUDA_OK(cudaDeviceSynchronize());
@@ -520,7 +521,7 @@ static int run_bwd(const scase *c) {
     void *ws = NULL;
     CUDA_OK(cudaMalloc(&ws, ws_bytes));
     db.workspace = ws, db.workspace_size = ws_bytes;
-    st = sdpa_bwd(&db);
+    st = gpu_bwd(&db);
     TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd with a workspace: %s", c->name, sdpa_last_error());
     CUDA_OK(cudaDeviceSynchronize());
     int same = 1;
@@ -566,32 +567,32 @@ static void run_fast(scase c) {
 static void fast_bias(void) {
   scase c;
   c = mk("fb_full_causal", BF16, 2, 4, 2, 200, 260, 128, 128);
-  c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd128";
+  c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd128_bias";
   run_fast(c);
   c = mk("fb_full_atomic", F16, 2, 2, 2, 150, 150, 128, 128);
-  c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
+  c.bias = 1, c.dbias = 1, c.atomic = 1, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
   c = mk("fb_bh_window", F16, 2, 4, 4, 130, 70, 64, 64), c.bias = 1 | BC_B | BC_H;
-  c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64", run_fast(c);
+  c.wset = 1, c.wl = 20, c.wr = 5, c.expect = "bwd_sm80_f16_hd64_bias", run_fast(c);
   c = mk("fb_d112_gqa4_unaligned_bias_all_mods", F16, 2, 4, 1, 150, 300, 112, 112);
   c.bias = 1, c.bpad = 3, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2;
-  c.dropout = 0.17f, c.causal = 1, c.top_left = 1, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
+  c.dropout = 0.17f, c.causal = 1, c.top_left = 1, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
   c = mk("fb_d64_gqa4_window_steps", BF16, 1, 8, 2, 300, 270, 64, 64);
   c.bias = 1, c.bpad = 1, c.dbias = 1, c.wset = 1, c.wl = 40, c.wr = 10;
-  c.expect = "bwd_sm80_bf16_hd64", run_fast(c);
+  c.expect = "bwd_sm80_bf16_hd64_bias", run_fast(c);
   /* more than 16 key blocks: the deterministic blocks walk several (dQ slices) */
   c = mk("fb_d128_det_walk", BF16, 1, 2, 1, 96, 2200, 128, 128), c.bias = 1, c.dbias = 1;
-  c.bias_ninf = 1, c.expect = "bwd_sm80_bf16_hd128", run_fast(c);
+  c.bias_ninf = 1, c.expect = "bwd_sm80_bf16_hd128_bias", run_fast(c);
   c = mk("fb_d128_q_bcast_softcap", BF16, 2, 2, 2, 190, 140, 128, 128), c.bias = 1 | BC_Q;
-  c.softcap = 4.f, c.atomic = 1, c.expect = "bwd_sm80_bf16_hd128", run_fast(c);
+  c.softcap = 4.f, c.atomic = 1, c.expect = "bwd_sm80_bf16_hd128_bias", run_fast(c);
   c = mk("fb_all_mods", BF16, 1, 4, 1, 90, 140, 256, 256);
   c.bias = 1, c.bias_ninf = 1, c.dbias = 1, c.softcap = 3.f, c.alibi = 2, c.dropout = 0.17f;
-  c.expect = "bwd_sm80_bf16_hd256", run_bwd(&c);
+  c.expect = "bwd_sm80_bf16_hd256_bias", run_bwd(&c);
   c = mk("fb_q_topleft", F16, 2, 2, 1, 100, 77, 96, 96), c.bias = 1 | BC_Q, c.causal = 1;
-  c.top_left = 1, c.expect = "bwd_sm80_f16_hd96", run_bwd(&c);
+  c.top_left = 1, c.expect = "bwd_sm80_f16_hd96_bias", run_bwd(&c);
   c = mk("fb_d32_atomic", BF16, 3, 2, 2, 65, 129, 32, 32), c.bias = 1, c.dbias = 1;
-  c.atomic = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd32", run_bwd(&c);
+  c.atomic = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd32_bias", run_bwd(&c);
   c = mk("fb_d192_gqa", F16, 1, 4, 2, 70, 70, 160, 160), c.bias = 1, c.dbias = 1;
-  c.wset = 1, c.wl = 9, c.wr = 30, c.softcap = 5.f, c.expect = "bwd_sm80_f16_hd192", run_bwd(&c);
+  c.wset = 1, c.wl = 9, c.wr = 30, c.softcap = 5.f, c.expect = "bwd_sm80_f16_hd192_bias", run_bwd(&c);
   c = mk("fb_dbias_bcast", BF16, 2, 2, 2, 40, 50, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
   c.expect = "bwd_simt", run_bwd(&c);
 }
@@ -609,9 +610,9 @@ static void small(void) {
   c = mk("small_varlen", BF16, 3, 4, 2, 20, 37, 130, 130), c.varlen = 1, c.causal = 1;
   run_bwd(&c);
   c = mk("small_fast_bias", BF16, 1, 2, 1, 70, 150, 64, 64), c.bias = 1, c.bias_ninf = 1;
-  c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64", run_fast(c);
+  c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64_bias", run_fast(c);
   c = mk("small_fast_bias_d128", F16, 1, 2, 1, 90, 150, 128, 128), c.bias = 1, c.bpad = 1;
-  c.dbias = 1, c.wset = 1, c.wl = 30, c.wr = 0, c.expect = "bwd_sm80_f16_hd128", run_fast(c);
+  c.dbias = 1, c.wset = 1, c.wl = 30, c.wr = 0, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
 }
 
 int main(int argc, char **argv) {

@@ -250,7 +250,7 @@ static void run_case(const tcase *c) {
   tbufs f;
   build(c, &f);
   check_dispatch(c, &f);
-  sdpa_status st = sdpa_fwd(&f.dev);
+  sdpa_status st = gpu_fwd(&f.dev);
   cudaError_t ce = cudaDeviceSynchronize();
   if (TEST_EXPECT(st == SDPA_OK && ce == cudaSuccess, "%s: sdpa_fwd: %s (%s), sync: %s", c->name,
                   sdpa_status_string(st), sdpa_last_error(), cudaGetErrorString(ce))) {

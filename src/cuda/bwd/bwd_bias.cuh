@@ -76,8 +76,8 @@ __device__ __forceinline__ void bwd_bias_frag(uint32_t (*bv)[2], uint32_t sb, in
 /* The step's dbias tile (shared, [BM][BN] as the bias tile; rows m0 ..,
  * keys n0 .. of head hh) out to global memory: 16-byte stores when dbias's
  * rows are 16-byte aligned (dbias_aligned), else 16-bit ones; only i < sq,
- * j < sk. A warp covers whole rows: its stores are coalesced (the earlier
- * form, 16-bit stores from the score registers, cost 10-30%; bench/NOTES.md). */
+ * j < sk. A warp covers whole rows, so its stores are coalesced (16-bit
+ * stores straight from the score registers would not be). */
 __device__ __forceinline__ void bwd_dbias_out(uint32_t sdb, const sdpa_problem *p, int b, int hh,
                                               int m0, int n0, int sq, int sk, int dbias_aligned,
                                               int tid) {

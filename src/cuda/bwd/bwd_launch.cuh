@@ -19,9 +19,7 @@
  *   bwd_ld1(x, k)                  x[k] in fp32
  *   bwd_st8(x, f, n)               x[0..n) = f[0..n) in the element type, n <= 8
  *                                  (one 16-byte aligned store when n >= 8)
- * and the names of bwd_names.cuh; SDPA_BWD_BIAS_SIBLING (16-bit body) when
- * the row's run function hands bias problems to its _bias instance. This
- * file #undef's the names and the row's fields at the end. A body with dQ
+ * and the names of bwd_names.cuh. This file #undef's the names and the row's fields at the end. A body with dQ
  * kernels (SDPA_BWD_DQ_KERNEL 1: the Hopper body's d split, bwd_dq_body,
  * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's
  * dQ with them instead of with dQ slices and the post kernel.
@@ -124,9 +122,6 @@ enum { NKERNELS = 4 };
 static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
     SDPA_KMAIN, SDPA_KFEAT, SDPA_KMAIN_DET, SDPA_KFEAT_DET};
 #endif
-#if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
-extern "C" sdpa_status SDPA_BIAS_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
-#endif
 
 /* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
  * kernel makes dQ (SDPA_BWD_DQ_KERNEL: none then, no accumulator to zero
@@ -172,15 +167,11 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params 
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   static unsigned char smem_set[NKERNELS][SDPA_MAX_DEVICES]; /* per kernel and device: smem limit raised */
-#if defined(SDPA_BWD_BIAS_SIBLING) && !SDPA_BWD_BIAS
-  if (p->bias) return SDPA_BIAS_RUN(p, row); /* the bias kernels, in the _bias sibling */
-#endif
   (void)row; /* the registry matched dtype, features and bucket (sdpa_row_refusal) */
-#if SDPA_BWD_BIAS
-  if (!p->bias) /* the registry sends only problems with a bias (row.required) */
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a bias kernel called without a bias",
-                     SDPA_BSTR(SDPA_KERNEL_NAME));
-#endif
+  sdpa_trace_run(SDPA_BSTR(SDPA_KERNEL_NAME));
+  if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
+                     SDPA_BSTR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
@@ -247,7 +238,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_RUN
 #undef SDPA_BWD_KERNELS
 #undef SDPA_WS
-#undef SDPA_BIAS_RUN
 #undef SDPA_BWD_BIAS
 #undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BPASTE_

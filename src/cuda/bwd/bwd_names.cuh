@@ -21,7 +21,6 @@
 #define SDPA_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _run)
 #define SDPA_WS SDPA_BPASTE(SDPA_KERNEL_NAME, _workspace)
 #define SDPA_BWD_KERNELS SDPA_BPASTE(SDPA_KERNEL_NAME, _kernels)
-#define SDPA_BIAS_RUN SDPA_BPASTE(SDPA_KERNEL_NAME, _bias_run) /* the _bias sibling's run */
 #ifndef SDPA_BWD_BIAS
 #define SDPA_BWD_BIAS 0 /* 1 in a 16-bit row's _bias instance (bwd_sm80_body.cuh) */
 #endif

@@ -47,9 +47,8 @@ __device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) 
  * bias are always literals; the plain kernels pass literal zeros for the
  * other flags too (bwd_p_ds_forms), so their forms compile to straight-line
  * code: the plain unmasked form is one FFMA, one MUFU, one FADD and two
- * FMULs an element (the run-time tests it replaces cost about 20
- * instructions an element; bench/NOTES.md); the score-feature kernels pass
- * the problem's flags. */
+ * FMULs an element, where run-time tests would cost several times that;
+ * the score-feature kernels pass the problem's flags. */
 __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const int nqn,
                                          const sdpa_bwd_params *prm, const float *lse_t,
                                          const float *dd_t, int b, int hh, int j_lo, int q0,

@@ -8,11 +8,9 @@
  *   SDPA_BLOCK_M      query rows per inner step (multiple of 32)
  *   SDPA_BLOCK_N      keys per block (16 per key group of warps)
  *   SDPA_WARPS        warps per block = (BLOCK_N / 16) key groups x d splits
- *   SDPA_BWD_BIAS     0: the row's instance (plain and score-feature kernels),
- *                     1: its _bias sibling, to which the row's run function
- *                     hands problems with a bias (the bias kernels; BLOCK_M
- *                     halved where the bias tiles would not fit in shared
- *                     memory, i.e. d = 128)
+ *   SDPA_BWD_BIAS     0: a plain row (plain and score-feature kernels),
+ *                     1: a _bias row (the bias kernels; its BLOCK_M small
+ *                     enough that the bias tiles fit in shared memory)
  * and includes this file, which defines the kernels below and
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
@@ -75,7 +73,6 @@
 
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
-#define SDPA_BWD_BIAS_SIBLING 1 /* the row's run hands bias problems to <row>_bias */
 
 #if SDPA_BWD_IS_BF16
 #define SDPA_MMA mma_m16n8k16_bf16
@@ -91,7 +88,7 @@
    16 * (bm) + (SDPA_BWD_BIAS ? 6 * (bm) * SDPA_BLOCK_N : 0))
 enum {
   HD = SDPA_HDIM,
-  BM = SDPA_BWD_BIAS && SDPA_BWD_SMEM(SDPA_BLOCK_M) > 227 * 1024 ? SDPA_BLOCK_M / 2 : SDPA_BLOCK_M,
+  BM = SDPA_BLOCK_M,
 
   BN = SDPA_BLOCK_N,
   NWARPS = SDPA_WARPS,
@@ -145,8 +142,7 @@ static_assert(HD % CW == 0 && DQT % 2 == 0, "dQ chunks");
  * memory; rows >= rows_valid and columns >= d are zero-filled. rows is a
  * compile-time constant (BM or BN). A whole tile (every row valid, d == HD)
  * takes the unrolled form: each thread copies one chunk column, no bounds, no
- * division (the per-chunk bookkeeping of the general loop cost about 40
- * instructions a chunk, more than the copies themselves; bench/NOTES.md). */
+ * division (the general loop's bookkeeping a chunk outweighs the copy). */
 __device__ __forceinline__ void bwd_load_tile(uint32_t sbase, const uint16_t *g, int64_t stride,
                                               int rows, int rows_valid, int d, int tid) {
   if (NTHREADS % CPR == 0 && (rows * CPR) % NTHREADS == 0 && rows_valid >= rows && d == HD) {
@@ -216,7 +212,7 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
  * bias kernels' forms (bias + dbias); det 1
  * walks this block's key blocks (deterministic mode), det 0 does one. Four
  * kernels keep the common one's registers and code free of what it does not
- * use (d = 128 is at 255 registers; bench/NOTES.md). */
+ * use (d = 128 is at the register limit). */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -423,6 +419,5 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 #include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_BWD_SMEM
-#undef SDPA_BWD_BIAS_SIBLING
 #undef SDPA_MMA
 #include "cuda/bwd/bwd_elem16_undef.cuh"

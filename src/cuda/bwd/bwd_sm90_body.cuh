@@ -81,8 +81,8 @@
 /* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
  * queries per sub-step (S^T / dP^T are m64n<qs>) of the plain kernels (the
  * atomic and the deterministic one) and of the feature ones, whose extra
- * live values would spill at the plain kernels' size (ptxas, bench/NOTES.md);
- * dQ columns per product (m64n<DQN>). */
+ * live values would spill at the plain kernels' size; dQ columns per
+ * product (m64n<DQN>). */
 #if SDPA_HDIM <= 64
 #define SDPA_HDW 64
 enum { QS = 64, QS_F = 64, DQN = 64 };
@@ -250,8 +250,8 @@ __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t
 __device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
                                           int cc, int m0, int sq, int64_t q_start, int hh, int wq,
                                           int g, int t) {
-  /* (red.global.add.v4 after a lane-pair exchange, one 16-byte reduction a
-   * tile instead of two 8-byte ones, measured 2-5% slower: bench/NOTES.md) */
+  /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
+   * red.global.add.v4 costs more than it saves */
   const sdpa_problem *p = &prm->p;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -527,8 +527,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
  * registers (each warpgroup half of the columns), written once, scaled, in
  * the input dtype: no reductions, deterministic by construction. With
  * bwd_body's deterministic kernel (dK, dV without the dQ product) this is
- * the d split's deterministic mode; the dQ slices' reductions missed L2 and
- * cost about a third (bench/NOTES.md). feat: 0 plain, 1 score features. */
+ * the d split's deterministic mode, which avoids dQ slices (their
+ * reductions miss L2 at d = 256). feat: 0 plain, 1 score features. */
 enum {
   DQO_Q = 0, /* Q, dO, K [2], V [2] tiles (BM = BN rows), dS^T, lse2 / D */
   DQO_DO = TILE,
@@ -604,8 +604,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     const uint32_t keep = feat && prm->has_dropout
                               ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
                               : 0u;
-    /* (every pair visible: bwd_tf32_body.cuh's tile_vis == 2 written out, as in
-       bwd_body; through a shared call ptxas spilled in bwd_body: bench/NOTES.md) */
+    /* every pair visible: bwd_tf32_body.cuh's tile_vis == 2 written out, as in
+       bwd_body (through a shared call ptxas spills in bwd_body) */
     const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
                      (int64_t)n0 + BN - 1 - m0 <= whi;
     wg_wait0();

@@ -8,12 +8,9 @@
  *   SDPA_HDIM         head-dim bucket (64, 128 or 256: 16-byte chunks in groups of 8)
  *   SDPA_BLOCK_M      packed query rows per block (16: one m16 tile)
  *   SDPA_BLOCK_N      keys per warp tile (16)
- *   SDPA_WARPS        warps per block (twice that with SDPA_DECODE_WIDE 1: a d 128
- *                     row's wide twin, which the row's entry points call for
- *                     problems sdpa_decode_wants_wide picks)
- * and, for a d 128 row's twins (CMakeLists.txt), SDPA_DECODE_HAS_TWINS 1 in the
- * row, SDPA_DECODE_WIDE 1 or SDPA_DECODE_LEAN 1 (a two-stage ring, three
- * blocks an SM: the row's calls on pages of 16) in the twin,
+ *   SDPA_WARPS        warps per block
+ * and, in a d 128 sibling row, SDPA_DECODE_WIDE 1 or SDPA_DECODE_LEAN 1 and
+ * SDPA_BASE_KERNEL_NAME (below),
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
@@ -48,6 +45,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -63,19 +61,15 @@
 #include "cuda/ptx/ptx_mma.cuh"
 
 #include "cuda/fwd/fwd_names.cuh"
-/* CMakeLists.txt gives a d 128 row two twins: SDPA_DECODE_WIDE 1 (twice the
- * row's warps a block: the problems sdpa_decode_wants_wide picks) and
- * SDPA_DECODE_LEAN 1 (two ring stages instead of three, so three blocks an
- * SM instead of two: the row's calls on pages of 16), and SDPA_DECODE_HAS_TWINS 1 in
- * the row, whose entry points hand them those problems */
+/* The d 128 siblings (kernels.def): SDPA_DECODE_WIDE 1 (a _wide row: twice
+ * the warps a block) and SDPA_DECODE_LEAN 1 (a _lean row: two ring stages
+ * instead of three, so three blocks an SM instead of two); each names its
+ * base row in SDPA_BASE_KERNEL_NAME. */
 #ifndef SDPA_DECODE_WIDE
 #define SDPA_DECODE_WIDE 0
 #endif
 #ifndef SDPA_DECODE_LEAN
 #define SDPA_DECODE_LEAN 0
-#endif
-#ifndef SDPA_DECODE_HAS_TWINS
-#define SDPA_DECODE_HAS_TWINS 0
 #endif
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
@@ -92,11 +86,11 @@ enum {
   HD = SDPA_HDIM,
   BM = SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
-  NWARPS = SDPA_WARPS * (SDPA_DECODE_WIDE ? 2 : 1),
+  NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
   /* tiles per warp ring: one computing, the rest in flight; 2 above d = 128
    * so a block fits sm_80's 163 KB of shared memory (136 KB at d = 256), and
-   * in the lean twin, whose 68 KB blocks fit three an SM on sm_90 (the same
+   * in a _lean row, whose 68 KB blocks fit three an SM on sm_90 (the same
    * tiles in the same order: its results are the row's, bit for bit) */
   STAGES = HD > 128 || SDPA_DECODE_LEAN ? 2 : 3,
   KS = HD / 16,                /* k16 steps of Q K^T */
@@ -245,7 +239,7 @@ __device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int
 
 /* At d = 64 an SM holds four blocks by shared memory; the launch bounds
  * keep the registers there too (left alone, ptxas gave the kernel 146 on
- * sm_80: three blocks). The lean twin is for three blocks an SM: at most
+ * sm_80: three blocks). A _lean row is for three blocks an SM: at most
  * 168 registers (it gets 168 on sm_90a, as the row does unbounded). Above,
  * no minimum: one changed ptxas's allocation (168 -> 208 registers at d =
  * 128). */
@@ -598,19 +592,49 @@ static sdpa_decode_shape SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(int bps) {
   return sh;
 }
 
+/* The row's shape on the current device (its blocks an SM by occupancy),
+ * which the planner splits by; a sibling row asks its base row for it. */
+extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _plan_shape)(sdpa_decode_shape *sh) {
+  int bps = 1;
+  SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
+  *sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
+  return SDPA_OK;
+}
+
+#if SDPA_DECODE_WIDE || SDPA_DECODE_LEAN
+extern "C" sdpa_status SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(sdpa_decode_shape *sh);
+#endif
+
 #if SDPA_DECODE_WIDE
-/* Whether this wide block fits the current device's shared memory (its
- * opt-in limit: 227 KB on sm_90, 163 KB on sm_80, where it does not); where
- * it does not, the row keeps the call (or hands it to its lean twin). */
-extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
-  return sdpa_cuda_smem_optin() >= (int)SMEM_BYTES;
+/* The wide row takes what the planner gives it at the base row's shape
+ * (sdpa_decode_wants_wide), where its block fits the device's shared memory
+ * (sm_90's 227 KB; not sm_80's). */
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  (void)row;
+  const int optin = sdpa_cuda_smem_optin();
+  if (optin < (int)SMEM_BYTES) {
+    snprintf(why, n, "its block's %d bytes of shared memory do not fit this device's %d",
+             (int)SMEM_BYTES, optin);
+    return why;
+  }
+  sdpa_decode_shape base;
+  if (SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(&base) != SDPA_OK ||
+      !sdpa_decode_wants_wide(p, &base)) {
+    snprintf(why, n,
+             "the planner keeps the problem on %s (wide blocks: few (batch, kv head) groups of "
+             "long caches, num_splits not forced)", SDPA_STR(SDPA_BASE_KERNEL_NAME));
+    return why;
+  }
+  return NULL;
 }
 #elif SDPA_DECODE_LEAN
 /* Lean blocks an SM of the current device where three or more fit, else 0
- * (on sm_80 two do, as two of the row's: there the row's deeper ring is the
- * better one). Answered once a device, a failed query as "does not fit",
- * so a workspace query and the run it sizes cannot disagree. */
-extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
+ * (on sm_80 two do, as two of the base row's: there the base row's deeper
+ * ring is the better one). Answered once a device, a failed query as "does
+ * not fit", so a workspace query and the run it sizes cannot disagree. */
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   static signed char fits[SDPA_MAX_DEVICES]; /* per device: 0 not asked, -1 no, else blocks an SM */
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= SDPA_MAX_DEVICES) {
@@ -623,36 +647,35 @@ extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, _fits)(void) {
   }
   return fits[dev] > 0 ? fits[dev] : 0;
 }
-#endif
 
-#if SDPA_DECODE_HAS_TWINS
-#define DEC_TWIN_DECL(twin)                                                                       \
-  extern "C" int SDPA_PASTE(SDPA_KERNEL_NAME, twin##_fits)(void);                                 \
-  extern "C" size_t SDPA_PASTE(SDPA_KERNEL_NAME, twin##_workspace)(const sdpa_problem *p,         \
-                                                                   const sdpa_kernel_row *row);   \
-  extern "C" sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, twin##_run)(const sdpa_problem *p,          \
-                                                                  const sdpa_kernel_row *row);
-DEC_TWIN_DECL(_wide)
-DEC_TWIN_DECL(_lean)
-#undef DEC_TWIN_DECL
-/* The row's problems for its twins, where they fit: to the wide one as the
- * planner picks (sdpa_decode_wants_wide); to the lean one every cache paged
- * in pages of one tile (16 rows: each tile its own page and block_table
- * lookup), at the split count sdpa_decode_lean_splits gives (decode_plan.cu:
- * the rule and its measurements). Contiguous caches and larger pages stay
- * with the row. Lean and row compute the same tiles in the same order, so a
- * paged and a contiguous cache of one problem at one forced split count
- * still agree bit for bit. */
-enum { DEC_SELF, DEC_WIDE_TWIN, DEC_LEAN_TWIN };
-static int SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(const sdpa_problem *p, const sdpa_decode_shape *sh,
-                                               sdpa_problem *lean) {
-  if (SDPA_PASTE(SDPA_KERNEL_NAME, _wide_fits)() && sdpa_decode_wants_wide(p, sh)) return DEC_WIDE_TWIN;
-  const int lean_bps = p->page_size == SDPA_DECODE_TILE ? SDPA_PASTE(SDPA_KERNEL_NAME, _lean_fits)() : 0;
-  if (lean_bps == 0) return DEC_SELF;
+/* The lean row takes caches paged in pages of one tile (each tile its own
+ * page lookup, which more blocks an SM hide); larger pages and contiguous
+ * caches stay with the base row. */
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  (void)row;
+  if (p->page_size != SDPA_DECODE_TILE) {
+    snprintf(why, n, "page_size = %lld: caches paged in pages of %d keys only",
+             (long long)p->page_size, (int)SDPA_DECODE_TILE);
+    return why;
+  }
+  if (SDPA_PASTE(SDPA_KERNEL_NAME, _fits)() == 0) {
+    snprintf(why, n, "fewer than three of its blocks fit an SM of this device");
+    return why;
+  }
+  return NULL;
+}
+
+/* p at the split count sdpa_decode_lean_splits gives from the base row's
+ * shape (decode_plan.cu). Lean and base rows compute the same tiles in the
+ * same order, so at one split count their results agree bit for bit. */
+static void SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(const sdpa_problem *p, sdpa_problem *lean) {
   *lean = *p;
-  const int splits = sdpa_decode_lean_splits(p, sh, lean_bps);
+  sdpa_decode_shape base;
+  if (SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(&base) != SDPA_OK) return;
+  const int splits = sdpa_decode_lean_splits(p, &base, SDPA_PASTE(SDPA_KERNEL_NAME, _fits)());
   if (splits > 0) lean->num_splits = splits;
-  return DEC_LEAN_TWIN;
 }
 #endif
 
@@ -661,30 +684,27 @@ extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if SDPA_DECODE_HAS_TWINS
+#if SDPA_DECODE_LEAN
   sdpa_problem lean;
-  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
-  case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_workspace)(p, row);
-  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_workspace)(&lean, row);
-  }
+  SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(p, &lean);
+  p = &lean;
 #endif
   return sdpa_decode_workspace(p, &sh);
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
+  sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if SDPA_DECODE_HAS_TWINS
+#if SDPA_DECODE_LEAN
   sdpa_problem lean;
-  switch (SDPA_PASTE(SDPA_KERNEL_NAME, _twin)(p, &sh, &lean)) {
-  case DEC_WIDE_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _wide_run)(p, row);
-  case DEC_LEAN_TWIN: return SDPA_PASTE(SDPA_KERNEL_NAME, _lean_run)(&lean, row);
-  }
+  SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(p, &lean);
+  p = &lean;
 #endif
   return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
@@ -692,7 +712,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
 #undef SDPA_DECODE_WIDE
 #undef SDPA_DECODE_LEAN
-#undef SDPA_DECODE_HAS_TWINS
 #undef DEC_MMA
 #undef DEC_BOUNDS
 #undef DEC_PACK

@@ -234,10 +234,10 @@ typedef sdpa_status (*sdpa_decode_launch_fn)(const sdpa_decode_params *prm, unsi
 extern "C" {
 /* decode_plan.cu */
 int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh);
-/* whether a d 128 row (sh: its shape) hands the problem to its wide twin */
+/* whether the _wide row of a d 128 row (sh: the base row's shape) takes the problem */
 int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh);
-/* the split count a d 128 row (sh) passes its lean twin (lean_bps blocks an
- * SM), or 0: the twin plans its own */
+/* the split count a _lean row runs a d 128 row's problem (sh: its shape) at (lean_bps blocks an
+ * SM), or 0: the _lean row plans its own */
 int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
 /* launch: the attention kernel (grid = its blocks); combine: with more than

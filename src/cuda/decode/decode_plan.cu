@@ -16,7 +16,7 @@
 
 /* A split gives each warp at least this many key tiles of 16: the tiles its
  * cp.async ring has in flight at once in the prologue (STAGES - 1 = 2 in the
- * d <= 128 rows; 1 in the lean twin and at d 256), so a short split still
+ * d <= 128 rows; 1 in a _lean row and at d 256), so a short split still
  * issues all of its loads together. */
 #define SDPA_DECODE_MIN_TILES_PER_WARP 2
 /* A block's fixed cost in tile-times: its first load's latency (Q and the
@@ -82,7 +82,7 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 }
 
 /*
- * The wide twin (twice the row's warps a block: 8, one block an SM at d 128;
+ * The _wide row (twice the row's warps a block: 8, one block an SM at d 128;
  * where its 196 KB of shared memory fit, so not on sm_80: decode_body.cuh)
  * takes short problems on small grids when the split count is the
  * planner's (num_splits = 0; a forced count names the row's own plan): at
@@ -91,10 +91,10 @@ int sdpa_decode_num_splits(const sdpa_problem *p, const sdpa_decode_shape *sh) {
  * by them, each warp left with SDPA_DECODE_MIN_TILES_PER_WARP tiles. There
  * the same warps an SM come in half the splits, half the partials and half
  * the combine's parts. (Calls that must agree bitwise, as a paged and a
- * contiguous cache of one problem, force one split count: never the wide
- * twin, whose warps split the keys differently; their capacities s_k, which
- * the planner reads, differ. On pages of 16 the row hands the call to its
- * lean twin, which computes what the row does.) Elsewhere the wide blocks
+ * contiguous cache of one problem, force one split count: never the _wide
+ * row, whose warps split the keys differently; their capacities s_k, which
+ * the planner reads, differ. Pages of 16 go to the _lean row, which
+ * computes what the row does.) Elsewhere the wide blocks
  * do not pay.
  */
 #define SDPA_DECODE_WIDE_SMS 8
@@ -109,7 +109,7 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh) {
 }
 
 /*
- * The lean twin (a d 128 row with a two-stage ring: three blocks an SM on
+ * The _lean row (a d 128 sibling with a two-stage ring: three blocks an SM on
  * sm_90, where the row fits two; decode_body.cuh) runs the row's calls on
  * caches paged in pages of one tile. Its split count: the row's where the
  * row's grid fits in one round of lean blocks (the third block an SM is then

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "problem.h"
+#include "registry.h"
 
 /* Passed by value (__grid_constant__) to every mma.sync forward kernel (16-bit and tf32). */
 typedef struct sdpa_fwd_params {
@@ -42,6 +43,12 @@ extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const
 extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *params, void *stream,
                                            dim3 grid, int threads, int smem,
                                            unsigned char *smem_set, const char *name);
+
+/* The sm80 forward rows' own rule (their fast kernels): no bias with
+ * dropout, and a bias whose rows cp.async copies in whole 16-byte chunks;
+ * the _full rows take the rest. */
+extern "C" const char *sdpa_fwd_sm80_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
+                                            char *why, size_t n);
 
 
 /* 2^x by the SFU (ex2.approx.ftz): 2^-inf = +0, ~2 ulp; the accuracy FA2 uses. */

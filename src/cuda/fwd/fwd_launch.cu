@@ -7,6 +7,7 @@
  * launch (shared-memory opt-in, cudaLaunchKernel, its error; also the Hopper
  * forward's, whose parameters add tensor maps).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -40,6 +41,27 @@ extern "C" sdpa_status sdpa_fwd_params_init(const sdpa_problem *p, int bm, const
   prm->has_dropout = p->dropout_p > 0.f;
   prm->has_bias = p->bias != NULL;
   return SDPA_OK;
+}
+
+extern "C" const char *sdpa_fwd_sm80_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
+                                            char *why, size_t n) {
+  (void)row;
+  if (!p->bias) return NULL;
+  if (p->dropout_p > 0.f) {
+    snprintf(why, n, "a bias with dropout (the bucket's _full row runs it)");
+    return why;
+  }
+  /* the bias tile is copied by cp.async in whole 16-byte chunks */
+  if (((uintptr_t)p->bias & 15u) != 0 || (p->bias_sb | p->bias_sh | p->bias_sq | p->s_k) % 8 != 0) {
+    snprintf(why, n,
+             "bias rows not in whole 16-byte chunks (base %p, strides b %lld, h %lld, q %lld, "
+             "s_k %lld: a 16-byte aligned base and multiples of 8 expected; the bucket's _full "
+             "row runs it)",
+             p->bias, (long long)p->bias_sb, (long long)p->bias_sh, (long long)p->bias_sq,
+             (long long)p->s_k);
+    return why;
+  }
+  return NULL;
 }
 
 extern "C" sdpa_status sdpa_kernel_launch1(const void *kernel, const void *params, void *stream,

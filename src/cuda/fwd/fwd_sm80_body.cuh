@@ -8,14 +8,12 @@
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
  *   SDPA_FULL         0: the fast variant: three kernels at the same tiles,
  *                     plain, with dropout (_drop_kernel) and with a bias
- *                     (_bias_kernel, its tile through shared memory);
- *                     1: the return_probs variant (name suffixed _full, with
- *                     dropout compiled in), with 16 rows per warp and smaller
- *                     key tiles, since the probs pass does not fit beside the
- *                     accumulators without spilling. The fast variant's run
- *                     function forwards to it problems with probs, and those
- *                     with a bias together with dropout or a bias whose rows
- *                     cp.async cannot copy.
+ *                     (_bias_kernel, its tile through shared memory); its row
+ *                     refuses what they do not run (sdpa_fwd_sm80_refuse);
+ *                     1: the full variant (a _full row: return_probs, dropout
+ *                     and any bias compiled in), 16 rows a warp and small key
+ *                     tiles, since the probs pass does not fit beside the
+ *                     accumulators without spilling.
  * and includes this file, which defines
  *   __global__ SDPA_KERNEL_NAME##_kernel(params) (and ##_drop_kernel, ##_bias_kernel when fast)
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
@@ -72,7 +70,6 @@
 
 #include "cuda/fwd/fwd_names.cuh"
 #define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
-#define SDPA_RUN_FULL SDPA_PASTE(SDPA_KERNEL_NAME, _full_run)
 
 #if SDPA_FWD_IS_BF16
 #define SDPA_MMA mma_m16n8k16_bf16
@@ -94,11 +91,8 @@ typedef uint16_t tile_elem; /* what load_tile copies */
 enum {
   FULL = SDPA_FULL,          /* return_probs (and dropout) compiled in */
   HD = SDPA_HDIM,            /* padded head dim of the tiles */
-  /* query rows per block, keys per tile; the full variant takes 16 rows per
-   * warp and at most 64 keys (32 above d = 128) so the probs pass fits */
-  BM = FULL ? 16 * SDPA_WARPS : SDPA_BLOCK_M,
-  BN_FULL = SDPA_HDIM > 128 ? 32 : 64,
-  BN = (FULL && SDPA_BLOCK_N > BN_FULL) ? BN_FULL : SDPA_BLOCK_N,
+  BM = SDPA_BLOCK_M,          /* query rows per block */
+  BN = SDPA_BLOCK_N,          /* keys per tile */
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
   MW = BM / NWARPS,          /* query rows per warp */
@@ -120,9 +114,8 @@ enum {
   SMEM_Q = BM * HD * 2,
   SMEM_KV = BN * HD * 2,
   /* one K/V stage, FlashAttention-2's overlap: V of tile n loads under
-   * Q K^T of n, K of n+1 under P V of n (two stages, each load a whole
-   * tile's compute ahead, spilled 88 bytes at d = 128 and ran 3% slower
-   * there on H200, no faster elsewhere: bench/NOTES.md) */
+   * Q K^T of n, K of n+1 under P V of n (a second stage spills at d = 128
+   * and gains nothing elsewhere) */
   SMEM_BYTES = SMEM_Q + 2 * SMEM_KV, /* layout: Q | K V | bias tile */
   /* the bias tile in shared memory (fast kernels): BM rows of BN keys padded
    * by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
@@ -132,6 +125,8 @@ enum {
 };
 
 static_assert(HD % 16 == 0 && HD <= 256, "head-dim bucket must be a multiple of 16, <= 256");
+static_assert(!FULL || (MW == 16 && BN <= (HD > 128 ? 32 : 64)),
+              "the full variant's probs pass fits beside 16 rows a warp and 64 keys (32 above d = 128)");
 static_assert(MW % 16 == 0 && (MT == 1 || MT == 2), "each warp owns 16 or 32 rows");
 static_assert(BN % 16 == 0 && BN % LOAD_RPP == 0 && BM % LOAD_RPP == 0,
               "tile loads must split evenly over the threads");
@@ -501,7 +496,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 /* ---- host launch -------------------------------------------------------------- */
 
 #if !SDPA_FULL
-extern "C" sdpa_status SDPA_RUN_FULL(const sdpa_problem *p, const sdpa_kernel_row *row);
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  return sdpa_fwd_sm80_refuse(p, row, why, n);
+}
 #endif
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
@@ -509,13 +508,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #if !SDPA_FULL
   static unsigned char smem_set_drop[SDPA_MAX_DEVICES];
   static unsigned char smem_set_bias[SDPA_MAX_DEVICES];
-  /* ... and a bias with dropout, or one whose rows cp.async cannot copy in
-   * whole 16-byte chunks */
-  if (p->probs || (p->bias && (p->dropout_p > 0.f || ((uintptr_t)p->bias & 15u) != 0 ||
-                               (p->bias_sb | p->bias_sh | p->bias_sq | p->s_k) % 8 != 0)))
-    return SDPA_RUN_FULL(p, row);
 #endif
-  (void)row;
+  (void)row; /* the registry matched dtype, bucket, features and sdpa_fwd_sm80_refuse */
+  sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
@@ -528,7 +523,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   const char *name = SDPA_STR(SDPA_KERNEL_NAME);
 #if !SDPA_FULL
-  if (prm.has_bias) /* never with dropout here: that went to the full variant */
+  if (prm.has_bias) /* never with dropout: the row refuses it */
     return sdpa_kernel_launch1((const void *)SDPA_KERNEL_BIAS, &prm, p->stream, grid, NTHREADS,
                            SMEM_BYTES + SMEM_BIAS, smem_set_bias, name);
   if (prm.has_dropout)
@@ -545,7 +540,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_LO
 #undef SDPA_HI
 #undef SDPA_KERNEL_BIAS
-#undef SDPA_RUN_FULL
 #undef SDPA_FULL
 #include "cuda/fwd/fwd_names_undef.cuh"
 #include "cuda/row_undef.cuh"

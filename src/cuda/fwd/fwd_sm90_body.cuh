@@ -9,8 +9,6 @@
  *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup
  *   SDPA_BLOCK_N       keys per tile: 64 or 128
  *   SDPA_WARPS         4 x (consumer warpgroups + 1)
- *   SDPA_FALLBACK_RUN  the mma.sync row of the same bucket, which runs
- *                      problems whose tensors the copy engine cannot map
  * and includes this file, which defines SDPA_KERNEL_NAME##_kernel and
  * extern "C" SDPA_KERNEL_NAME##_run.
  *
@@ -33,8 +31,9 @@
  * registers (the consumers 224); with tiles of 64 the consumers make it.
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
- * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias
- * and probs take the mma.sync rows after this one in the registry. The copy
+ * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias,
+ * probs and tensors the copy engine cannot map (sdpa_fwd_sm90_refuse) take
+ * the mma.sync rows after this one in the registry. The copy
  * engine zero-fills rows past a dense tensor's s; where it reads rows that
  * are not the sequence's (varlen, seqused_k), the V tile's tail is zeroed in
  * shared memory (zero_v_tail); K's is masked to -inf anyway.
@@ -451,18 +450,25 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 
 /* ---- host launch -------------------------------------------------------------- */
 
-extern "C" sdpa_status SDPA_FALLBACK_RUN(const sdpa_problem *p, const sdpa_kernel_row *row);
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  return sdpa_fwd_sm90_refuse(p, row, why, n);
+}
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   static unsigned char smem_set[SDPA_MAX_DEVICES], smem_set_drop[SDPA_MAX_DEVICES];
+  (void)row; /* the registry matched dtype, bucket, features and sdpa_fwd_sm90_refuse */
+  sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   sdpa_fwd_sm90_params prm;
-  /* the maps (prm's tq, tk, tv) first: a problem the copy engine cannot
-   * describe goes to the fallback, which folds its own parameters */
-  if (!sdpa_fwd_sm90_maps(p, BN, &prm)) return SDPA_FALLBACK_RUN(p, row);
+  const char *unmapped = sdpa_fwd_sm90_maps(p, BN, &prm);
+  if (unmapped) /* the row's refuse function made the same maps */
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: the copy engine cannot map %s",
+                     SDPA_STR(SDPA_KERNEL_NAME), unmapped);
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &grid));
   const int drop = prm.base.has_dropout;
@@ -477,6 +483,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WG_PV
 #undef SDPA_PACK
 #undef SDPA_TY
-#undef SDPA_FALLBACK_RUN
 #include "cuda/fwd/fwd_names_undef.cuh"
 #include "cuda/row_undef.cuh"

@@ -20,9 +20,13 @@ typedef struct sdpa_fwd_sm90_params {
 
 /* Host side (fwd_sm90_launch.cu). The tensor maps of q, k, v (dims {d, s,
  * h, b}; varlen {d, total, h, 1}; 128-byte swizzled boxes of 64 columns: q
- * 64 rows, k and v bn rows) into prm; 0 when the copy engine cannot describe
- * the tensors (a stride the driver refuses, or no driver entry point), and
- * the caller runs the mma.sync kernel instead. */
-extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm);
+ * 64 rows, k and v bn rows) into prm; NULL, or the name of the first tensor
+ * the copy engine cannot describe (a stride or base the driver refuses; all
+ * three without the driver's entry point). The rows' refuse function makes
+ * the same maps, so a problem that reaches the run function maps. */
+extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm);
+/* The Hopper forward rows' own rule: q, k and v map (row->block_n keys a box). */
+extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
+                                            char *why, size_t n);
 
 #endif /* SDPA_FWD_SM90_COMMON_CUH */

@@ -5,10 +5,12 @@
  * through the runtime, so the library links no libcuda).
  */
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "registry.h"
 #include "cuda/fwd/fwd_sm90_common.cuh"
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
@@ -50,20 +52,31 @@ static int make_map(encode_tiled_fn enc, CUtensorMap *m, const void *base, sdpa_
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-extern "C" int sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm) {
+extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm) {
   encode_tiled_fn enc = encoder();
-  if (!enc) return 0;
+  if (!enc) return "q, k or v (the driver has no cuTensorMapEncodeTiled: CUDA 12 or later expected)";
   /* dense or varlen: the rows refuse KV caches (SDPA_FWD_SM90_FEATURES) */
+  sdpa_bshd q = p->q_st, k = p->k_st, v = p->v_st;
+  int64_t sq = p->s_q, sk = p->s_k, b = p->b;
   if (p->layout == SDPA_LAYOUT_VARLEN) { /* rows are global: one batch of total rows */
-    sdpa_bshd q = p->q_st, k = p->k_st, v = p->v_st;
     q.sb = q.ss * p->total_q; /* any valid stride: the batch extent is 1 */
     k.sb = k.ss * p->total_k;
     v.sb = v.ss * p->total_k;
-    return make_map(enc, &prm->tq, p->q, p->dtype, p->d, p->total_q, p->h, 1, q, 64) &&
-           make_map(enc, &prm->tk, p->k, p->dtype, p->d, p->total_k, p->h_k, 1, k, bn) &&
-           make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->total_k, p->h_k, 1, v, bn);
+    sq = p->total_q, sk = p->total_k, b = 1;
   }
-  return make_map(enc, &prm->tq, p->q, p->dtype, p->d, p->s_q, p->h, p->b, p->q_st, 64) &&
-         make_map(enc, &prm->tk, p->k, p->dtype, p->d, p->s_k, p->h_k, p->b, p->k_st, bn) &&
-         make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, p->s_k, p->h_k, p->b, p->v_st, bn);
+  if (!make_map(enc, &prm->tq, p->q, p->dtype, p->d, sq, p->h, b, q, 64)) return "q";
+  if (!make_map(enc, &prm->tk, p->k, p->dtype, p->d, sk, p->h_k, b, k, bn)) return "k";
+  if (!make_map(enc, &prm->tv, p->v, p->dtype, p->d_v, sk, p->h_k, b, v, bn)) return "v";
+  return NULL;
+}
+
+extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
+                                            char *why, size_t n) {
+  sdpa_fwd_sm90_params prm;
+  const char *unmapped = sdpa_fwd_sm90_maps(p, row->block_n, &prm);
+  if (!unmapped) return NULL;
+  snprintf(why, n,
+           "the copy engine cannot map %s (strides and base 16-byte aligned, strides below 2^40 "
+           "bytes, expected)", unmapped);
+  return why;
 }

@@ -392,6 +392,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
   (void)row;
+  sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (p->dtype != SDPA_DTYPE_F32 || p->d > HD || p->d != p->d_v || p->bias || p->probs ||
       p->dropout_p > 0.f || p->layout == SDPA_LAYOUT_CACHE || p->num_splits > 1)
     return sdpa_fail(SDPA_ERR_INTERNAL,

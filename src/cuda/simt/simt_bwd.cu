@@ -422,6 +422,7 @@ static sdpa_status simt_bwd_launch(const sdpa_problem *p, float *dsum) {
 }
 
 extern "C" sdpa_status bwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  sdpa_trace_run("bwd_simt");
   (void)row;
   if (p->layout == SDPA_LAYOUT_CACHE)
     return sdpa_fail(SDPA_ERR_INTERNAL, "bwd_simt: dispatched a KV-cache problem, which its "

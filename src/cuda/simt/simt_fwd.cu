@@ -185,6 +185,7 @@ static sdpa_status simt_fwd_launch(const sdpa_problem *p) {
 /* A cache problem's append first; with rotary, the kernel reads q rotated
  * into the workspace ([b, s_q, h, d]). */
 extern "C" sdpa_status fwd_simt_run(const sdpa_problem *p, const sdpa_kernel_row *row) {
+  sdpa_trace_run("fwd_simt");
   (void)row;
   if (p->num_splits > 1)
     return sdpa_fail(SDPA_ERR_INTERNAL, "fwd_simt: dispatched a problem with forced split-KV, "
