@@ -1,14 +1,24 @@
 """Builds libsdpa with CMake and installs it inside the sdpa package.
 
     pip install .                                   # CPU backend (+ CUDA if nvcc is found)
+    pip wheel .                                     # the same, as a manylinux wheel
     SDPA_CMAKE_ARGS="-DSDPA_CUDA=ON -DSDPA_CUDA_ARCHS=90a" pip install .
     SDPA_LIBRARY_PREBUILT=/path/libsdpa.so pip install .  # no build: ship this file
 
 Metadata lives in pyproject.toml; this file only adds the CMake step (no compile
 step of its own: the binding is ctypes). The build folder is build-wheel/ at the
 repository root ($SDPA_BUILD_DIR overrides), kept apart from a developer's build/.
+
+The library a wheel carries runs on a machine with only the C library: no
+OpenBLAS (the CPU backend's plain-C tile products; SDPA_CMAKE_ARGS=-DSDPA_BLAS=ON
+brings it back), libstdc++ and libgcc linked in and hidden, the CUDA runtime
+static (the GPU needs only its driver). The wheel is tagged py3-none (ctypes:
+any Python 3) and manylinux_2_<N> from the newest glibc symbol version the
+library uses.
 """
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -29,8 +39,9 @@ def _build_libsdpa():
         sys.exit("sdpa: cmake not found on PATH (needed to build libsdpa)")
     bdir = os.environ.get("SDPA_BUILD_DIR") or os.path.join(ROOT, "build-wheel")
     args = [cmake, "-S", ROOT, "-B", bdir, "-DSDPA_BUILD_TESTS=OFF",
-            "-DCMAKE_BUILD_TYPE=Release"]
-    args += os.environ.get("SDPA_CMAKE_ARGS", "").split()
+            "-DCMAKE_BUILD_TYPE=Release", "-DSDPA_BLAS=OFF",
+            "-DCMAKE_SHARED_LINKER_FLAGS=-static-libstdc++ -static-libgcc -Wl,--exclude-libs,ALL"]
+    args += os.environ.get("SDPA_CMAKE_ARGS", "").split()  # later -D's win
     subprocess.check_call(args)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 2)
     subprocess.check_call([cmake, "--build", bdir, "--target", "sdpa_shared", "-j", jobs])
@@ -41,14 +52,41 @@ def _build_libsdpa():
     sys.exit("sdpa: the CMake build produced no libsdpa.so in %s" % bdir)
 
 
+_BUILT = {}
+
+
+def _glibc_minor(path):
+    """The newest GLIBC_2.<N> symbol version the library names, or None."""
+    with open(path, "rb") as f:
+        found = re.findall(rb"GLIBC_2\.(\d+)", f.read())
+    return max(int(x) for x in found) if found else None
+
+
 class BuildPyWithLib(build_py):
     def run(self):
         super().run()
         lib = _build_libsdpa()
+        _BUILT["lib"] = lib
         ext = ".dylib" if lib.endswith(".dylib") or ".dylib" in lib else ".so"
         dst_dir = os.path.join(self.build_lib, "sdpa")
         os.makedirs(dst_dir, exist_ok=True)
         shutil.copyfile(lib, os.path.join(dst_dir, "libsdpa" + ext))
+
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70
+    from wheel.bdist_wheel import bdist_wheel
+
+
+class ManylinuxWheel(bdist_wheel):
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        lib = _BUILT.get("lib")
+        minor = _glibc_minor(lib) if lib and plat.startswith("linux_") else None
+        if minor is not None:
+            plat = "manylinux_2_%d_%s" % (minor, platform.machine())
+        return "py3", "none", plat
 
 
 class BinaryDistribution(Distribution):
@@ -63,5 +101,6 @@ class BinaryDistribution(Distribution):
 _SCRATCH = os.path.join("build-wheel", "setuptools")
 os.makedirs(os.path.join(ROOT, _SCRATCH), exist_ok=True)
 
-setup(cmdclass={"build_py": BuildPyWithLib}, distclass=BinaryDistribution,
+setup(cmdclass={"build_py": BuildPyWithLib, "bdist_wheel": ManylinuxWheel},
+      distclass=BinaryDistribution,
       options={"build": {"build_base": _SCRATCH}, "egg_info": {"egg_base": _SCRATCH}})
