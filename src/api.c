@@ -76,22 +76,25 @@ int sdpa_cuda_available(void) {
 
 /* ---- forward / backward ---------------------------------------------------------- */
 
+/* A validated problem to the registry's row for it, which runs it. */
+static sdpa_status dispatch_run(const sdpa_problem *p, sdpa_op op) {
+  const sdpa_kernel_row *row;
+  SDPA_TRY(sdpa_dispatch(p, op, &row));
+  return row->run(p, row);
+}
+
 sdpa_status sdpa_fwd(const sdpa_fwd_desc *desc) {
   sdpa_problem p;
-  const sdpa_kernel_row *row;
   sdpa_clear_error();
   SDPA_TRY(sdpa_validate_fwd(desc, &p));
-  SDPA_TRY(sdpa_dispatch(&p, SDPA_OP_FWD, &row));
-  return row->run(&p, row);
+  return dispatch_run(&p, SDPA_OP_FWD);
 }
 
 sdpa_status sdpa_bwd(const sdpa_bwd_desc *desc) {
   sdpa_problem p;
-  const sdpa_kernel_row *row;
   sdpa_clear_error();
   SDPA_TRY(sdpa_validate_bwd(desc, &p));
-  SDPA_TRY(sdpa_dispatch(&p, SDPA_OP_BWD, &row));
-  return row->run(&p, row);
+  return dispatch_run(&p, SDPA_OP_BWD);
 }
 
 static sdpa_status workspace_of(const sdpa_problem *p, sdpa_op op, size_t *bytes) {
@@ -249,24 +252,24 @@ static sdpa_status explain(const sdpa_problem *p, sdpa_op op, char *buf, size_t 
   return st;
 }
 
-/* The buffer is emptied before validation, so a refused descriptor leaves
- * "" there, not the caller's stale bytes (sdpa.h: always NUL-terminated). */
-static void explain_clear(char *buf, size_t n) {
+/* How an explain call starts: the buffer is emptied before validation, so a
+ * refused descriptor leaves "" there, not the caller's stale bytes (sdpa.h:
+ * always NUL-terminated). */
+static void explain_begin(char *buf, size_t n) {
+  sdpa_clear_error();
   if (buf && n > 0) buf[0] = '\0';
 }
 
 sdpa_status sdpa_explain_fwd(const sdpa_fwd_desc *desc, char *buf, size_t buf_size) {
   sdpa_problem p;
-  sdpa_clear_error();
-  explain_clear(buf, buf_size);
+  explain_begin(buf, buf_size);
   SDPA_TRY(sdpa_validate_fwd(desc, &p));
   return explain(&p, SDPA_OP_FWD, buf, buf_size);
 }
 
 sdpa_status sdpa_explain_bwd(const sdpa_bwd_desc *desc, char *buf, size_t buf_size) {
   sdpa_problem p;
-  sdpa_clear_error();
-  explain_clear(buf, buf_size);
+  explain_begin(buf, buf_size);
   SDPA_TRY(sdpa_validate_bwd(desc, &p));
   return explain(&p, SDPA_OP_BWD, buf, buf_size);
 }

@@ -169,6 +169,19 @@ SDPA_HD int64_t sdpa_seq_len_k(const sdpa_problem *p, int64_t b) {
   return n;
 }
 
+/* Keys of sequence b before seqused_k caps them (dense and varlen): the rows
+ * of dk / dv a backward writes, those past the cap getting zero gradients. */
+SDPA_HD int64_t sdpa_seq_full_len_k(const sdpa_problem *p, int64_t b) {
+  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_k[b + 1] - p->cu_k[b]) : p->s_k;
+}
+
+/* Rows of dk / dv that a backward's key tile [j0, j0 + bn) of sequence b
+ * writes; <= 0 when the tile starts past the sequence's keys. */
+SDPA_HD int64_t sdpa_bwd_tile_rows(const sdpa_problem *p, int64_t b, int64_t j0, int64_t bn) {
+  const int64_t rows = sdpa_seq_full_len_k(p, b) - j0;
+  return rows < bn ? rows : bn;
+}
+
 /* Where row j of sequence b lives in every k / v-shaped tensor (k, v, dk,
  * dv): the outer index (batch, cache row or page; 0 for varlen, whose rows
  * are global) and the row inside it. j is the cache position for the cache

@@ -195,6 +195,28 @@ static sdpa_status check_workspace(const void *ws, size_t size, const char *pre)
   return SDPA_OK;
 }
 
+/* The forward's and backward's caller workspace, checked, into the problem. */
+static sdpa_status take_workspace(sdpa_problem *p, void *ws, size_t size) {
+  SDPA_TRY(check_workspace(ws, size, ""));
+  p->workspace = ws;
+  p->workspace_size = size;
+  return SDPA_OK;
+}
+
+/* What every descriptor is checked for first: the output and descriptor
+ * pointers, then the ABI guard (struct_size; pass 0 for a NULL desc). op
+ * names the call in the messages: fwd, bwd or merge. */
+static sdpa_status check_desc(const char *op, const void *out, const void *desc,
+                              size_t struct_size, size_t expected) {
+  if (!out) return sdpa_fail(SDPA_ERR_INTERNAL, "sdpa_validate_%s: problem = NULL", op);
+  if (!desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_%s_desc", op);
+  if (struct_size < expected)
+    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_%s_desc));"
+                     " initialise the descriptor with sdpa_%s_init()", struct_size, expected, op,
+                     op);
+  return SDPA_OK;
+}
+
 /* The sdpa_attn scalars: device, threads, mask, dropout, scale, softcap. */
 static sdpa_status check_attn_scalars(const sdpa_attn *a, sdpa_problem *p) {
   SDPA_TRY(check_device(a->device, "attn.device"));
@@ -788,12 +810,7 @@ static sdpa_status finish_common(sdpa_problem *p, const sdpa_attn *a) {
 }
 
 sdpa_status sdpa_validate_fwd(const sdpa_fwd_desc *desc, sdpa_problem *p) {
-  if (!p) return sdpa_fail(SDPA_ERR_INTERNAL, "sdpa_validate_fwd: problem = NULL");
-  if (!desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_fwd_desc");
-  if (desc->struct_size < sizeof(sdpa_fwd_desc))
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_fwd_desc));"
-                     " initialise the descriptor with sdpa_fwd_init()", desc->struct_size,
-                     sizeof(sdpa_fwd_desc));
+  SDPA_TRY(check_desc("fwd", p, desc, desc ? desc->struct_size : 0, sizeof(sdpa_fwd_desc)));
   memset(p, 0, sizeof *p);
   const sdpa_attn *a = &desc->attn;
   SDPA_TRY(check_attn_scalars(a, p));
@@ -848,22 +865,15 @@ sdpa_status sdpa_validate_fwd(const sdpa_fwd_desc *desc, sdpa_problem *p) {
 
   SDPA_TRY(check_alibi(a, p));
   SDPA_TRY(check_bias(a, p));
-  SDPA_TRY(check_workspace(desc->workspace, desc->workspace_size, ""));
+  SDPA_TRY(take_workspace(p, desc->workspace, desc->workspace_size));
   p->num_splits = desc->num_splits;
-  p->workspace = desc->workspace;
-  p->workspace_size = desc->workspace_size;
   return finish_common(p, a);
 }
 
 /* ---- backward --------------------------------------------------------------------- */
 
 sdpa_status sdpa_validate_bwd(const sdpa_bwd_desc *desc, sdpa_problem *p) {
-  if (!p) return sdpa_fail(SDPA_ERR_INTERNAL, "sdpa_validate_bwd: problem = NULL");
-  if (!desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_bwd_desc");
-  if (desc->struct_size < sizeof(sdpa_bwd_desc))
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_bwd_desc));"
-                     " initialise the descriptor with sdpa_bwd_init()", desc->struct_size,
-                     sizeof(sdpa_bwd_desc));
+  SDPA_TRY(check_desc("bwd", p, desc, desc ? desc->struct_size : 0, sizeof(sdpa_bwd_desc)));
   memset(p, 0, sizeof *p);
   p->is_bwd = 1;
   const sdpa_attn *a = &desc->attn;
@@ -917,21 +927,14 @@ sdpa_status sdpa_validate_bwd(const sdpa_bwd_desc *desc, sdpa_problem *p) {
     p->dbias_nh = n[1];
     p->dbias_nq = n[2];
   }
-  SDPA_TRY(check_workspace(desc->workspace, desc->workspace_size, ""));
-  p->workspace = desc->workspace;
-  p->workspace_size = desc->workspace_size;
+  SDPA_TRY(take_workspace(p, desc->workspace, desc->workspace_size));
   return finish_common(p, a);
 }
 
 /* ---- merge_states ---------------------------------------------------------------- */
 
 sdpa_status sdpa_validate_merge(const sdpa_merge_desc *desc, sdpa_merge_problem *m) {
-  if (!m) return sdpa_fail(SDPA_ERR_INTERNAL, "sdpa_validate_merge: problem = NULL");
-  if (!desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_merge_desc");
-  if (desc->struct_size < sizeof(sdpa_merge_desc))
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_merge_desc));"
-                     " initialise the descriptor with sdpa_merge_init()", desc->struct_size,
-                     sizeof(sdpa_merge_desc));
+  SDPA_TRY(check_desc("merge", m, desc, desc ? desc->struct_size : 0, sizeof(sdpa_merge_desc)));
   memset(m, 0, sizeof *m);
   SDPA_TRY(check_device(desc->device, "device"));
   const sdpa_tensor *op = &desc->out_parts, *lp = &desc->lse_parts, *o = &desc->out,

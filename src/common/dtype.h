@@ -13,16 +13,23 @@
 
 #include "sdpa.h"
 
-static inline float sdpa_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
+/* The bits of an fp32 and back (memcpy: the strict-aliasing-safe bit cast). */
+static inline uint32_t sdpa_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float sdpa_f32_from_bits(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
+static inline float sdpa_bf16_to_f32(uint16_t h) { return sdpa_f32_from_bits((uint32_t)h << 16); }
+
 static inline uint16_t sdpa_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = sdpa_f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
@@ -49,14 +56,11 @@ static inline float sdpa_f16_to_f32(uint16_t h) {
   } else {
     u = sign | ((exp + 112u) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  return sdpa_f32_from_bits(u);
 }
 
 static inline uint16_t sdpa_f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  const uint32_t u = sdpa_f32_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);

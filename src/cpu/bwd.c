@@ -96,11 +96,6 @@ static size_t ws_size(const sdpa_problem *p) {
          round16(tile / 4);
 }
 
-/* full key length of sequence b (rows of dK / dV to write) */
-static int64_t full_len_k(const sdpa_problem *p, int64_t b) {
-  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_k[b + 1] - p->cu_k[b]) : p->s_k;
-}
-
 /* rows [0, rows) x cols of a dtype tensor (row r at off + r * rs) -> fp32 [rows][ld] */
 static void load_rows(const void *base, sdpa_dtype t, int64_t off, int64_t rs, int64_t rows,
                       int64_t cols, float *dst, int64_t ld) {
@@ -246,17 +241,32 @@ static void tile_grad(const sdpa_problem *p, const bwd_ws *ws, int64_t b, int64_
   }
 }
 
+/* Keys j0..j0+n of kv head hk of sequence b into ws->kt, ws->vt (fp32). */
+static void load_key_side(const sdpa_problem *p, const bwd_ws *ws, int64_t b, int64_t hk,
+                          int64_t j0, int64_t n) {
+  load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
+            ws->kt, p->d);
+  load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
+            ws->vt, p->d_v);
+}
+
+/* A pass's work item: item = (b * heads + head) * blocks + block. */
+static void item_split(int64_t item, int64_t blocks, int64_t heads, int64_t *block, int64_t *head,
+                       int64_t *b) {
+  *block = item % blocks;
+  *head = (item / blocks) % heads;
+  *b = item / (blocks * heads);
+}
+
 /* ---- pass 1: dK, dV --------------------------------------------------------- */
 static void pass_dkdv(void *vctx, int64_t item, int tid) {
   const bwd_ctx *c = (const bwd_ctx *)vctx;
   const sdpa_problem *p = c->p;
-  const int64_t kb = item % c->nkb;
-  const int64_t hk = (item / c->nkb) % p->h_k;
-  const int64_t b = item / (c->nkb * p->h_k);
-  const int64_t fk = full_len_k(p, b);
+  int64_t kb, hk, b;
+  item_split(item, c->nkb, p->h_k, &kb, &hk, &b);
   const int64_t j0 = kb * BWD_BN;
-  if (j0 >= fk) return;
-  const int64_t jn = fk - j0 < BWD_BN ? fk - j0 : BWD_BN;
+  const int64_t jn = sdpa_bwd_tile_rows(p, b, j0, BWD_BN);
+  if (jn <= 0) return;
   const int64_t sk = sdpa_seq_len_k(p, b), sq = sdpa_seq_len_q(p, b);
   int64_t n = sk - j0;
   if (n < 0) n = 0;
@@ -268,10 +278,7 @@ static void pass_dkdv(void *vctx, int64_t item, int tid) {
   int64_t ia = 0, ib = 0;
   if (n > 0) rows_seeing(p, sq, sk, j0, j0 + n, &ia, &ib);
   if (ib > ia) {
-    load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
-              ws.kt, p->d);
-    load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
-              ws.vt, p->d_v);
+    load_key_side(p, &ws, b, hk, j0, n);
     for (int64_t g = 0; g < c->group; ++g) {
       const int64_t hh = hk * c->group + g;
       for (int64_t i0 = ia; i0 < ib; i0 += BWD_BM) {
@@ -295,9 +302,8 @@ static void pass_dkdv(void *vctx, int64_t item, int tid) {
 static void pass_dq(void *vctx, int64_t item, int tid) {
   const bwd_ctx *c = (const bwd_ctx *)vctx;
   const sdpa_problem *p = c->p;
-  const int64_t qb = item % c->nqb;
-  const int64_t hh = (item / c->nqb) % p->h;
-  const int64_t b = item / (c->nqb * p->h);
+  int64_t qb, hh, b;
+  item_split(item, c->nqb, p->h, &qb, &hh, &b);
   const int64_t sq = sdpa_seq_len_q(p, b);
   const int64_t i0 = qb * BWD_BM;
   if (i0 >= sq) return;
@@ -313,10 +319,7 @@ static void pass_dq(void *vctx, int64_t item, int tid) {
     load_query_side(p, &ws, b, hh, i0, m, 1);
     for (int64_t j0 = ja; j0 < jb; j0 += BWD_BN) {
       const int64_t n = jb - j0 < BWD_BN ? jb - j0 : BWD_BN;
-      load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
-                ws.kt, p->d);
-      load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
-                ws.vt, p->d_v);
+      load_key_side(p, &ws, b, hk, j0, n);
       tile_grad(p, &ws, b, hh, sq, sk, i0, m, j0, n, 1);
       sdpa_cpu_gemm(0, 0, (int)m, (int)p->d, (int)n, p->scale, ws.dp, BWD_BN, ws.kt, (int)p->d,
                     1.0f, dq, (int)p->d);
@@ -367,10 +370,7 @@ static void pass_dbias(void *vctx, int64_t item, int tid) {
     for (int64_t hh = h_lo; hh < h_hi; ++hh) {
       const int64_t hk = hh / c->group;
       if (hk != loaded_hk) {
-        load_rows(p->k, p->dtype, sdpa_kv_offset_seq(p, p->k_st, b, j0, hk), p->k_st.ss, n, p->d,
-                  ws.kt, p->d);
-        load_rows(p->v, p->dtype, sdpa_kv_offset_seq(p, p->v_st, b, j0, hk), p->v_st.ss, n, p->d_v,
-                  ws.vt, p->d_v);
+        load_key_side(p, &ws, b, hk, j0, n);
         loaded_hk = hk;
       }
       for (int64_t i0 = ia; i0 < ib; i0 += BWD_BM) {
@@ -399,7 +399,7 @@ sdpa_status sdpa_cpu_bwd(const sdpa_problem *p) {
   c.group = p->h / p->h_k;
   if (p->layout == SDPA_LAYOUT_VARLEN) {
     for (int64_t b = 0; b < p->b; ++b) {
-      const int64_t lq = sdpa_seq_len_q(p, b), lk = full_len_k(p, b);
+      const int64_t lq = sdpa_seq_len_q(p, b), lk = sdpa_seq_full_len_k(p, b);
       if (lq > c.max_q) c.max_q = lq;
       if (lk > c.max_k) c.max_k = lk;
     }

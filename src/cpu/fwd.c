@@ -235,6 +235,26 @@ static void attend_block(const sdpa_problem *p, fwd_tiles *t, int64_t b, int64_t
                 (int)p->d_v);
 }
 
+/* The query block a task works on: rows i0 .. i0 + mi of the sq rows of
+ * sequence b, head hh. */
+typedef struct fwd_block {
+  int64_t b, hh, sq, i0, mi;
+} fwd_block;
+
+/* Block qb of bh = b * h + hh, and the thread's tiles for it; 0 when there
+ * is nothing to do (the block starts past the sequence's rows, or no tiles). */
+static int block_begin(fwd_ctx *ctx, int tid, int64_t bh, int64_t qb, fwd_block *k,
+                       fwd_tiles *t) {
+  const sdpa_problem *p = ctx->p;
+  k->b = bh / p->h;
+  k->hh = bh % p->h;
+  k->sq = sdpa_seq_len_q(p, k->b);
+  k->i0 = qb * BLOCK_M;
+  if (k->i0 >= k->sq) return 0;
+  k->mi = k->sq - k->i0 < BLOCK_M ? k->sq - k->i0 : BLOCK_M;
+  return get_tiles(ctx, tid, t);
+}
+
 /* item = ((n_qblocks - 1 - qb) * (b_total * h) + bh) * splits + split with
  * bh = b * h + hh; the block's split-KV slot is blk = bh * n_qblocks + qb */
 static void fwd_task(void *vctx, int64_t item, int tid) {
@@ -248,15 +268,12 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
   const int64_t qb = ctx->n_qblocks - 1 - ord / nbh;
   const int64_t bh = ord % nbh;
   const int64_t blk = bh * ctx->n_qblocks + qb;
-  const int64_t b = bh / p->h, hh = bh % p->h;
-  const int64_t hk = hh / (p->h / p->h_k);
-  const int64_t sq = sdpa_seq_len_q(p, b);
-  const int64_t sk = sdpa_seq_len_k(p, b);
-  const int64_t i0 = qb * BLOCK_M;
-  if (i0 >= sq) return;
-  const int64_t mi = sq - i0 < BLOCK_M ? sq - i0 : BLOCK_M;
+  fwd_block k;
   fwd_tiles t;
-  if (!get_tiles(ctx, tid, &t)) return;
+  if (!block_begin(ctx, tid, bh, qb, &k, &t)) return;
+  const int64_t b = k.b, hh = k.hh, sq = k.sq, i0 = k.i0, mi = k.mi;
+  const int64_t hk = hh / (p->h / p->h_k);
+  const int64_t sk = sdpa_seq_len_k(p, b);
 
   /* visible keys of the block: the union of its rows' ranges (monotone in i) */
   int64_t lo, hi, hi0; /* hi0: the end of the block's first row */
@@ -320,22 +337,16 @@ static void fwd_task(void *vctx, int64_t item, int tid) {
 static void combine_task(void *vctx, int64_t blk, int tid) {
   fwd_ctx *ctx = (fwd_ctx *)vctx;
   const sdpa_problem *p = ctx->p;
-  const int64_t qb = blk % ctx->n_qblocks;
-  const int64_t bh = blk / ctx->n_qblocks;
-  const int64_t b = bh / p->h, hh = bh % p->h;
-  const int64_t sq = sdpa_seq_len_q(p, b);
-  const int64_t i0 = qb * BLOCK_M;
-  if (i0 >= sq) return;
-  const int64_t mi = sq - i0 < BLOCK_M ? sq - i0 : BLOCK_M;
+  fwd_block k;
   fwd_tiles t;
-  if (!get_tiles(ctx, tid, &t)) return;
+  if (!block_begin(ctx, tid, blk / ctx->n_qblocks, blk % ctx->n_qblocks, &k, &t)) return;
   const float *po = ctx->part_out + blk * ctx->splits * BLOCK_M * p->d_v;
   const float *pl = ctx->part_lse + blk * ctx->splits * BLOCK_M;
-  for (int64_t r = 0; r < mi; ++r)
+  for (int64_t r = 0; r < k.mi; ++r)
     t.l[r] = sdpa_cpu_merge_row(ctx->splits, pl + r, BLOCK_M, po + r * p->d_v, BLOCK_M * p->d_v,
                                 p->d_v, t.o + r * p->d_v);
-  if (p->probs) load_q(p, b, hh, i0, mi, t.q);
-  write_rows(p, &t, b, hh, sq, sdpa_seq_len_k(p, b), i0, mi, t.o, t.l);
+  if (p->probs) load_q(p, k.b, k.hh, k.i0, k.mi, t.q);
+  write_rows(p, &t, k.b, k.hh, k.sq, sdpa_seq_len_k(p, k.b), k.i0, k.mi, t.o, t.l);
 }
 
 /* ---- entry points ------------------------------------------------------------------ */

@@ -113,23 +113,14 @@ extern "C" __global__ void __launch_bounds__(MERGE_WARPS * 32, MERGE_MIN_BLOCKS)
         if (l[q] != INFINITY && l[q] != -INFINITY) mc = fmaxf(mc, l[q]);
       if (mc == -INFINITY) continue; /* nothing with mass yet */
       const float corr = expf(m - mc); /* 0 while m = -inf */
-      s *= corr;
-      f4_scale(&acc, corr);
+      merge_rescale(&s, &acc, corr);
 #pragma unroll
-      for (int q = 0; q < MERGE_CHUNK; ++q) {
-        if (l[q] == INFINITY || l[q] == -INFINITY) continue; /* empty: its out may be anything */
-        const float w = expf(l[q] - mc);
-        s += w;
-        f4_fma(&acc, w, x[q]);
-      }
+      for (int q = 0; q < MERGE_CHUNK; ++q) /* an empty part's out may be anything */
+        if (l[q] != INFINITY && l[q] != -INFINITY) merge_add(&s, &acc, expf(l[q] - mc), x[q]);
       m = mc;
     }
     if (wpr > 1) {
-      s_acc[warp][lane] = acc;
-      if (lane == 0) {
-        s_m[warp] = m;
-        s_s[warp] = s;
-      }
+      sdpa_merge_publish(&s_m[warp], &s_s[warp], &s_acc[warp][lane], lane == 0, m, s, acc);
       __syncthreads();
       if (slice == 0)
         sdpa_merge_slices(wpr, s_m + warp, s_s + warp, &s_acc[warp][lane], 32, 0, &m, &s, &acc);

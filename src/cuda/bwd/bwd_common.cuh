@@ -88,12 +88,6 @@ SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int 
   return w;
 }
 
-/* Full key length of sequence b: the rows of dK / dV to write (seqused_k only
- * limits the keys attended to; rows past it get zero gradients). */
-SDPA_HD int64_t bwd_full_len_k(const sdpa_problem *p, int64_t b) {
-  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_k[b + 1] - p->cu_k[b]) : p->s_k;
-}
-
 /*
  * Which tiles do work. Query rows [ia, ib) and keys [ja, jb) (clamped to the
  * sequence) hold a visible pair iff the range of j - i over the rectangle,

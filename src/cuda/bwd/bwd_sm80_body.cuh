@@ -74,12 +74,6 @@
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
 
-#if SDPA_BWD_IS_BF16
-#define SDPA_MMA mma_m16n8k16_bf16
-#else
-#define SDPA_MMA mma_m16n8k16_f16
-#endif
-
 /* ---- geometry ---------------------------------------------------------------- */
 /* Shared memory of a block of bm-query steps: Q, dO double-buffered, K, V,
  * dS^T, lse2 / D, and (bias instance) two bias tiles. */
@@ -87,12 +81,8 @@
   (4 * (bm) * SDPA_HDIM * 2 + 2 * SDPA_BLOCK_N * SDPA_HDIM * 2 + SDPA_BLOCK_N * (bm) * 2 + \
    16 * (bm) + (SDPA_BWD_BIAS ? 6 * (bm) * SDPA_BLOCK_N : 0))
 enum {
-  HD = SDPA_HDIM,
-  BM = SDPA_BLOCK_M,
-
-  BN = SDPA_BLOCK_N,
-  NWARPS = SDPA_WARPS,
-  NTHREADS = NWARPS * 32,
+  HD = SDPA_HDIM, BM = SDPA_BLOCK_M, BN = SDPA_BLOCK_N, /* bucket, queries a step, keys a block */
+  NWARPS = SDPA_WARPS, NTHREADS = NWARPS * 32,
   KW = BN / 16,          /* key groups: 16 keys per warp */
   DS = NWARPS / KW,      /* d splits of dK / dV */
   HDW = HD / DS,         /* dK / dV columns per warp */
@@ -180,8 +170,7 @@ __device__ __forceinline__ void gemm_rows_by_queries(float (*c)[4], uint32_t a_l
       uint32_t bq[4];
       ldmatrix_x4(bq, b_lane + (uint32_t)(np * 16 * CPR * 16 +
                                           bswz_lane(2 * ks + b_hi, CPR, CPR8, x7, x3) * 16));
-      SDPA_MMA(c[2 * np], a, bq);
-      SDPA_MMA(c[2 * np + 1], a, bq + 2);
+      mma_m16n16k16(c + 2 * np, a, bq, SDPA_BWD_IS_BF16);
     }
   }
 }
@@ -200,8 +189,7 @@ __device__ __forceinline__ void gemm_keys_by_cols(float (*acc)[4], float (*x)[4]
       uint32_t bt[4];
       const int c = col_chunk0 + 2 * dp + t_hi;
       ldmatrix_x4_trans(bt, t_lane + (uint32_t)(ms * 16 * CPR * 16 + bswz_lane(c, CPR, CPR8, x7, x3) * 16));
-      SDPA_MMA(acc[2 * dp], a, bt);
-      SDPA_MMA(acc[2 * dp + 1], a, bt + 2);
+      mma_m16n16k16(acc + 2 * dp, a, bt, SDPA_BWD_IS_BF16);
     }
   }
 }
@@ -221,7 +209,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   const int g = lane >> 2, t = lane & 3;
   const int kw = warp % KW, ds = warp / KW;
   const int hk = blockIdx.y, b = blockIdx.z;
-  const int fk = (int)bwd_full_len_k(p, b);
+  const int fk = (int)sdpa_seq_full_len_k(p, b);
   /* deterministic: this block owns dQ slice blockIdx.x and walks key blocks
      blockIdx.x, + gridDim.x, ... (interleaved: balanced under causal masks);
      otherwise one key block a block, every block adding into slice 0 */
@@ -383,8 +371,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
               uint32_t bk[4];
               const int c = ch * (CW / 8) + 2 * dp + c_hi;
               ldmatrix_x4_trans(bk, kt_lane + (uint32_t)(ks * 16 * CPR * 16 + bswz_lane(c, CPR, CPR8, x7, x3) * 16));
-              SDPA_MMA(acc[2 * dp], a, bk);
-              SDPA_MMA(acc[2 * dp + 1], a, bk + 2);
+              mma_m16n16k16(acc + 2 * dp, a, bk, SDPA_BWD_IS_BF16);
             }
           }
 #pragma unroll
@@ -419,5 +406,4 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 #include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_BWD_SMEM
-#undef SDPA_MMA
 #include "cuda/bwd/bwd_elem16_undef.cuh"

@@ -297,7 +297,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
   const int qs = feat ? QS_F : QS; /* a literal */
   const int hk = blockIdx.y, b = blockIdx.z;
-  const int fk = (int)bwd_full_len_k(p, b);
+  const int fk = (int)sdpa_seq_full_len_k(p, b);
   const uint32_t s_k = base + OFF_K, s_v = base + OFF_V, s_s = base + OFF_S, s_p = base + OFF_P;
 #pragma unroll 1
   /* (the d split's deterministic kernel leaves dQ to bwd_dq_body: one key block a block) */

@@ -566,7 +566,7 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, 
   }
 
   /* dK (times scale) and dV; keys past seqused_k (no step) get zeros */
-  const int fk = (int)bwd_full_len_k(p, b), d = (int)p->d;
+  const int fk = (int)sdpa_seq_full_len_k(p, b), d = (int)p->d;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int j = n0 + row16 + L->g + 8 * hf;
@@ -612,7 +612,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   /* the key length is re-read at each test (not kept in a register across
      the block: at d = 128 that one register spilled) */
 #pragma unroll 1
-  for (int n = blockIdx.x; (int64_t)n * BN < bwd_full_len_k(&prm->p, blockIdx.z);
+  for (int n = blockIdx.x; (int64_t)n * BN < sdpa_seq_full_len_k(&prm->p, blockIdx.z);
        n += det ? (int)gridDim.x : 0x40000000) {
     if (n != (int)blockIdx.x) __syncthreads(); /* the last key block's readers of K / dS are done */
     key_block(prm, n, feat, &L);

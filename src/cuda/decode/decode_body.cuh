@@ -74,10 +74,8 @@
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
 #if SDPA_FWD_IS_BF16
-#define DEC_MMA mma_m16n8k16_bf16
 #define DEC_PACK pack_bf16x2
 #else
-#define DEC_MMA mma_m16n8k16_f16
 #define DEC_PACK pack_f16x2
 #endif
 
@@ -396,8 +394,7 @@ extern "C" __global__ void DEC_BOUNDS
         ldmatrix_x4(a, sq_lane + (uint32_t)(((2 * ks + q_hi) ^ x7) * 16));
       }
       ldmatrix_x4(bk, sk_lane + (uint32_t)(((2 * ks + k_hi) ^ x7) * 16));
-      DEC_MMA(s[0], a, bk);
-      DEC_MMA(s[1], a, bk + 2);
+      mma_m16n16k16(s, a, bk, SDPA_FWD_IS_BF16);
     }
 
     /* scores to the exp2 domain: scale or softcap, alibi, each row's visible range */
@@ -445,8 +442,7 @@ extern "C" __global__ void DEC_BOUNDS
     for (int dp = 0; dp < DT / 2; ++dp) {
       uint32_t bv[4];
       ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(((2 * dp + v_hi) ^ x7) * 16));
-      DEC_MMA(o[2 * dp], pa, bv);
-      DEC_MMA(o[2 * dp + 1], pa, bv + 2);
+      mma_m16n16k16(o + 2 * dp, pa, bv, SDPA_FWD_IS_BF16);
     }
   }
 
@@ -666,30 +662,35 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
   }
   return NULL;
 }
+#endif
 
-/* p at the split count sdpa_decode_lean_splits gives from the base row's
- * shape (decode_plan.cu). Lean and base rows compute the same tiles in the
- * same order, so at one split count their results agree bit for bit. */
-static void SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(const sdpa_problem *p, sdpa_problem *lean) {
+/* The problem this row runs (its workspace and its launch): p, or for a
+ * _lean row p at the split count sdpa_decode_lean_splits gives from the base
+ * row's shape (decode_plan.cu), written to *lean. Lean and base rows compute
+ * the same tiles in the same order, so at one split count their results
+ * agree bit for bit. */
+static const sdpa_problem *SDPA_PASTE(SDPA_KERNEL_NAME, _as_run)(const sdpa_problem *p,
+                                                                 sdpa_problem *lean) {
+#if SDPA_DECODE_LEAN
   *lean = *p;
   sdpa_decode_shape base;
-  if (SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(&base) != SDPA_OK) return;
+  if (SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(&base) != SDPA_OK) return lean;
   const int splits = sdpa_decode_lean_splits(p, &base, SDPA_PASTE(SDPA_KERNEL_NAME, _fits)());
   if (splits > 0) lean->num_splits = splits;
-}
+  return lean;
+#else
+  (void)lean;
+  return p;
 #endif
+}
 
 extern "C" size_t DEC_WORKSPACE(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
   int bps = 1;
   if (SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps) != SDPA_OK) bps = 1;
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if SDPA_DECODE_LEAN
   sdpa_problem lean;
-  SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(p, &lean);
-  p = &lean;
-#endif
-  return sdpa_decode_workspace(p, &sh);
+  return sdpa_decode_workspace(SDPA_PASTE(SDPA_KERNEL_NAME, _as_run)(p, &lean), &sh);
 }
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
@@ -701,18 +702,14 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   int bps = 1;
   SDPA_TRY(SDPA_PASTE(SDPA_KERNEL_NAME, _prepare)(&bps));
   sdpa_decode_shape sh = SDPA_PASTE(SDPA_KERNEL_NAME, _shape)(bps);
-#if SDPA_DECODE_LEAN
   sdpa_problem lean;
-  SDPA_PASTE(SDPA_KERNEL_NAME, _lean_problem)(p, &lean);
-  p = &lean;
-#endif
-  return sdpa_decode_execute(p, &sh, SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
+  return sdpa_decode_execute(SDPA_PASTE(SDPA_KERNEL_NAME, _as_run)(p, &lean), &sh,
+                             SDPA_PASTE(SDPA_KERNEL_NAME, _launch),
                              SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine));
 }
 
 #undef SDPA_DECODE_WIDE
 #undef SDPA_DECODE_LEAN
-#undef DEC_MMA
 #undef DEC_BOUNDS
 #undef DEC_PACK
 #undef DEC_WORKSPACE

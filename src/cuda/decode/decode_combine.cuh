@@ -61,22 +61,13 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
     for (int q = 0; q < CB_ROUND; ++q) mx = fmaxf(mx, l[q]);
     const float mu = mx == -INFINITY ? 0.f : mx; /* nothing seen yet: every weight 0 */
     const float corr = fast_exp2(m - mu);
-    s *= corr;
-    f4_scale(&acc, corr);
+    merge_rescale(&s, &acc, corr);
 #pragma unroll
-    for (int q = 0; q < CB_ROUND; ++q) {
-      const float w = fast_exp2(l[q] - mu);
-      s += w;
-      f4_fma(&acc, w, x[q]);
-    }
+    for (int q = 0; q < CB_ROUND; ++q) merge_add(&s, &acc, fast_exp2(l[q] - mu), x[q]);
     m = mx;
   }
   if (CB_SLICES > 1) {
-    s_acc[slice][c4] = acc;
-    if (c4 == 0) {
-      s_m[slice] = m;
-      s_s[slice] = s;
-    }
+    sdpa_merge_publish(&s_m[slice], &s_s[slice], &s_acc[slice][c4], c4 == 0, m, s, acc);
     __syncthreads();
     if (slice != 0) return; /* no barrier below */
     sdpa_merge_slices(CB_SLICES, s_m, s_s, &s_acc[0][c4], CB_C4, 1, &m, &s, &acc);

@@ -98,7 +98,7 @@ __device__ __forceinline__ void sdpa_store_f(void *base, sdpa_dtype t, int64_t i
   if (t == SDPA_DTYPE_F32)
     ((float *)base)[idx] = x;
   else
-    ((uint16_t *)base)[idx] = t == SDPA_DTYPE_BF16 ? cvt_bf16(x) : cvt_f16(x);
+    store_cvt_16((uint16_t *)base + idx, x, t == SDPA_DTYPE_BF16);
 }
 
 /* Rotary pairs (sdpa.h: (2k, 2k+1) interleaved, (k, k + rd/2) half-split):
@@ -192,6 +192,29 @@ __device__ __forceinline__ void f4_scale(float4 *acc, float c) {
   acc->y *= c;
   acc->z *= c;
   acc->w *= c;
+}
+
+/* A merge's running sum of weights s and weighted columns acc: rescaled by c
+ * when its max moves, a part x of weight w added. */
+__device__ __forceinline__ void merge_rescale(float *s, float4 *acc, float c) {
+  *s *= c;
+  f4_scale(acc, c);
+}
+
+__device__ __forceinline__ void merge_add(float *s, float4 *acc, float w, float4 x) {
+  *s += w;
+  f4_fma(acc, w, x);
+}
+
+/* A slice's running max, sum and columns to where sdpa_merge_slices reads
+ * them (the leader, one thread of the slice, writes m and s). */
+__device__ __forceinline__ void sdpa_merge_publish(float *sm, float *ss, float4 *sacc, int leader,
+                                                   float m, float s, float4 acc) {
+  *sacc = acc;
+  if (leader) {
+    *sm = m;
+    *ss = s;
+  }
 }
 
 /* Where the slices of a row meet (merge.cu; decode_combine.cuh): slice t's

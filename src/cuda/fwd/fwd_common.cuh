@@ -67,18 +67,18 @@ __device__ __forceinline__ float fast_tanh_pre(float x) {
   return 1.f - 2.f * r;
 }
 
-/* The two 16-bit halves of a bias word (lo = the lower address) to fp32.
- * bf16: the top half of an fp32; f16: cvt (cuda_fp16.h is C++-only API). */
-__device__ __forceinline__ float fwd_bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float fwd_bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ float fwd_f16_lo(uint32_t w) {
+/* The low or high (hi) 16-bit half of a bias word (low = the lower address)
+ * to fp32, bf16 or f16 (both literals). bf16: the top half of an fp32; f16:
+ * cvt (cuda_fp16.h is C++-only API). One half at a time, each next to its
+ * use: converting both first lengthens live ranges in the register-bound
+ * bias kernels. */
+__device__ __forceinline__ float fwd_half_to_f32(uint32_t w, const int hi, const int bf16) {
+  if (bf16) return __uint_as_float(hi ? w & 0xffff0000u : w << 16);
   float f;
-  asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(w));
-  return f;
-}
-__device__ __forceinline__ float fwd_f16_hi(uint32_t w) {
-  float f;
-  asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, h;\n}\n" : "=f"(f) : "r"(w));
+  if (hi)
+    asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, h;\n}\n" : "=f"(f) : "r"(w));
+  else
+    asm("{.reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 %0, l;\n}\n" : "=f"(f) : "r"(w));
   return f;
 }
 

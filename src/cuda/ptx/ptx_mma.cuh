@@ -24,22 +24,27 @@
 
 #include <stdint.h>
 
-/* d += a * b, fp16 operands, fp32 accumulators (in place). */
-__device__ __forceinline__ void mma_m16n8k16_f16(float *d, const uint32_t *a, const uint32_t *b) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+/* d += a * b, bf16 (a literal) or fp16 operands, fp32 accumulators (in place). */
+__device__ __forceinline__ void mma_m16n8k16(float *d, const uint32_t *a, const uint32_t *b,
+                                             const int bf16) {
+  if (bf16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* d += a * b, bf16 operands, fp32 accumulators (in place). */
-__device__ __forceinline__ void mma_m16n8k16_bf16(float *d, const uint32_t *a, const uint32_t *b) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+/* d[0] += a * b[0..1] and d[1] += a * b[2..3]: the two n8 tiles that one
+ * ldmatrix_x4 of B feeds, the step every sm80 product takes. */
+__device__ __forceinline__ void mma_m16n16k16(float (*d)[4], const uint32_t *a, const uint32_t *b,
+                                              const int bf16) {
+  mma_m16n8k16(d[0], a, b, bf16);
+  mma_m16n8k16(d[1], a, b + 2, bf16);
 }
 
 /* Two fp32 -> one register of two fp16 (round to nearest even); lo in the low half. */
@@ -68,17 +73,14 @@ __device__ __forceinline__ void pack_a_frag(uint32_t *a, const float (*x)[4], co
   }
 }
 
-/* One fp32 -> 16 bits in the low half (the other half is zero). */
-__device__ __forceinline__ uint16_t cvt_f16(float x) {
+/* *dst = x as bf16 or fp16 (round to nearest even): a single 16-bit store. */
+__device__ __forceinline__ void store_cvt_16(uint16_t *dst, float x, const int bf16) {
   uint16_t r;
-  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  return r;
-}
-
-__device__ __forceinline__ uint16_t cvt_bf16(float x) {
-  uint16_t r;
-  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
-  return r;
+  if (bf16)
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+  else
+    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+  *dst = r;
 }
 
 #endif /* SDPA_PTX_MMA_CUH */

@@ -48,10 +48,6 @@ typedef struct simt_tile {
   float slope;
 } simt_tile;
 
-__device__ __forceinline__ int64_t simt_full_len_k(const sdpa_problem *p, int64_t b) {
-  return p->layout == SDPA_LAYOUT_VARLEN ? (int64_t)(p->cu_k[b + 1] - p->cu_k[b]) : p->s_k;
-}
-
 /* Element offset of global query row g (varlen: the packed row; dense:
  * b * s_q + i) of head hh in a [b, s_q, h, x] / [total_q, h, x] tensor. */
 __device__ __forceinline__ int64_t simt_grow_offset(const sdpa_problem *p, sdpa_bshd st, int64_t g,
@@ -165,14 +161,11 @@ __global__ void __launch_bounds__(SIMT_THREADS)
   enum { NCOL = SIMT_CW / SIMT_WARPS }; /* columns per thread: warp + 4 c */
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t cb = item % ncb;
-    const int64_t kb = (item / ncb) % nkb;
-    const int64_t hk = (item / (ncb * nkb)) % p->h_k;
-    const int64_t b = item / (ncb * nkb * p->h_k);
-    const int64_t fk = simt_full_len_k(p, b);
-    const int64_t j0 = kb * SIMT_BN;
-    if (j0 >= fk) continue;
-    const int64_t jn = fk - j0 < SIMT_BN ? fk - j0 : SIMT_BN;
+    const simt_item it = simt_item_split(item, ncb, nkb, p->h_k);
+    const int64_t cb = it.inner, hk = it.head, b = it.b;
+    const int64_t j0 = it.tile * SIMT_BN;
+    const int64_t jn = sdpa_bwd_tile_rows(p, b, j0, SIMT_BN);
+    if (jn <= 0) continue;
     const int64_t sk = sdpa_seq_len_k(p, b), sq = sdpa_seq_len_q(p, b);
     int64_t n = sk - j0;
     n = n < 0 ? 0 : (n > jn ? jn : n);
@@ -243,10 +236,8 @@ __global__ void __launch_bounds__(SIMT_THREADS)
   const int64_t group = p->h / p->h_k;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t cb = item % ncb;
-    const int64_t qb = (item / ncb) % nqb;
-    const int64_t hh = (item / (ncb * nqb)) % p->h;
-    const int64_t b = item / (ncb * nqb * p->h);
+    const simt_item it = simt_item_split(item, ncb, nqb, p->h);
+    const int64_t cb = it.inner, qb = it.tile, hh = it.head, b = it.b;
     simt_tile tl;
     tl.b = b, tl.hh = hh, tl.sq = sdpa_seq_len_q(p, b), tl.sk = sdpa_seq_len_k(p, b);
     tl.i0 = qb * SIMT_BM;
@@ -269,20 +260,7 @@ __global__ void __launch_bounds__(SIMT_THREADS)
       simt_load_keys(p, b, hk, j0, nj, &off);
       simt_grad_tile(p, &tl, j0, lse, dd, &off, &st, 1, pk, ds);
       __syncthreads(); /* the last tile's readers of ks are done */
-      for (int e = tid; e < SIMT_BN * SIMT_CW; e += SIMT_THREADS) {
-        const int jr = e / SIMT_CW, col = e % SIMT_CW;
-        const int64_t ok = off.k[jr];
-        ks[jr][col] = ok >= 0 && c0 + col < p->d ? simt_ld(p->k, p->dtype, ok + c0 + col) : 0.0f;
-      }
-      __syncthreads();
-      for (int jj = 0; jj < SIMT_BN; ++jj) {
-        float kv[SIMT_NC];
-        for (int c = 0; c < SIMT_NC; ++c) kv[c] = ks[jj][lane + 32 * c];
-        for (int r = 0; r < SIMT_RPW; ++r) {
-          const float g = __shfl_sync(SIMT_FULL_MASK, ds[r], jj);
-          for (int c = 0; c < SIMT_NC; ++c) acc[r][c] = fmaf(g, kv[c], acc[r][c]);
-        }
-      }
+      simt_tile_product(p->k, p->dtype, p->d, c0, off.k, ks, ds, acc);
     }
     for (int r = 0; r < SIMT_RPW; ++r) {
       const int64_t i = tl.i0 + warp * SIMT_RPW + r;
@@ -309,10 +287,8 @@ __global__ void __launch_bounds__(SIMT_THREADS)
   const int64_t group = p->h / p->h_k;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t kb = item % nkb;
-    const int64_t qi = (item / nkb) % nqi;
-    const int64_t hb = (item / (nkb * nqi)) % p->dbias_nh;
-    const int64_t bb = item / (nkb * nqi * p->dbias_nh);
+    const simt_item it = simt_item_split(item, nkb, nqi, p->dbias_nh);
+    const int64_t kb = it.inner, qi = it.tile, hb = it.head, bb = it.b;
     const int64_t j0 = kb * SIMT_BN;
     /* source query rows [qa, qz): all (summed into row 0) or this tile */
     const int64_t qa = sum_q ? 0 : qi * SIMT_BM;

@@ -171,6 +171,47 @@ __device__ __forceinline__ float simt_keep(const sdpa_problem *p, int64_t b, int
              : p->drop_scale;
 }
 
+/* acc[r][c] += sum over keys jj of x[r] (lane jj's) * X[jj][c0 + lane + 32 c],
+ * X the [SIMT_BN, SIMT_CW] tile of base's columns c0.. (< ncols) at rows
+ * off[jj] (-1: zeros), staged in t: O += P V in the forward, dQ += dS K in
+ * the backward. Whole block; off published and t free on entry. */
+__device__ __forceinline__ void simt_tile_product(const void *base, sdpa_dtype dt, int64_t ncols,
+                                                  int64_t c0, const int64_t *off,
+                                                  float (*t)[SIMT_CW], const float x[SIMT_RPW],
+                                                  float acc[SIMT_RPW][SIMT_NC]) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  for (int e = tid; e < SIMT_BN * SIMT_CW; e += SIMT_THREADS) {
+    const int jr = e / SIMT_CW, col = e % SIMT_CW;
+    const int64_t o = off[jr];
+    t[jr][col] = o >= 0 && c0 + col < ncols ? simt_ld(base, dt, o + c0 + col) : 0.0f;
+  }
+  __syncthreads();
+  for (int jj = 0; jj < SIMT_BN; ++jj) {
+    float xv[SIMT_NC];
+    for (int c = 0; c < SIMT_NC; ++c) xv[c] = t[jj][lane + 32 * c];
+    for (int r = 0; r < SIMT_RPW; ++r) {
+      const float w = __shfl_sync(SIMT_FULL_MASK, x[r], jj);
+      for (int c = 0; c < SIMT_NC; ++c) acc[r][c] = fmaf(w, xv[c], acc[r][c]);
+    }
+  }
+}
+
+/* A block-stride work item's coordinates, innermost first: item = ((b * nh +
+ * head) * nt + tile) * nc + inner, the order every SIMT launch counts in. */
+typedef struct simt_item {
+  int64_t inner, tile, head, b;
+} simt_item;
+
+__device__ __forceinline__ simt_item simt_item_split(int64_t item, int64_t nc, int64_t nt,
+                                                     int64_t nh) {
+  simt_item r;
+  r.inner = item % nc;
+  r.tile = (item / nc) % nt;
+  r.head = (item / (nc * nt)) % nh;
+  r.b = item / (nc * nt * nh);
+  return r;
+}
+
 /* Grid size for `items` work items walked with a block-stride loop. */
 static inline unsigned simt_grid(int64_t items) {
   return (unsigned)(items < 0x7fffffffLL ? (items > 0 ? items : 1) : 0x7fffffffLL);

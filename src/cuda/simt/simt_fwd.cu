@@ -68,10 +68,8 @@ __global__ void __launch_bounds__(SIMT_THREADS)
   const int64_t group = p->h / p->h_k;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t cb = item % ncb;
-    const int64_t qb = (item / ncb) % nqb;
-    const int64_t hh = (item / (ncb * nqb)) % p->h;
-    const int64_t b = item / (ncb * nqb * p->h);
+    const simt_item it = simt_item_split(item, ncb, nqb, p->h);
+    const int64_t cb = it.inner, qb = it.tile, hh = it.head, b = it.b;
     const int64_t sq = sdpa_seq_len_q(p, b);
     const int64_t i0 = qb * SIMT_BM;
     if (i0 >= sq) continue;
@@ -124,20 +122,7 @@ __global__ void __launch_bounds__(SIMT_THREADS)
       __syncthreads();
       if (tid < SIMT_BN) offb[tid] = tid < nj ? sdpa_kv_offset(p, p->v_st, b, j0 + tid, hk) : -1;
       __syncthreads();
-      for (int e = tid; e < SIMT_BN * SIMT_CW; e += SIMT_THREADS) {
-        const int jr = e / SIMT_CW, col = e % SIMT_CW;
-        const int64_t ov = offb[jr];
-        vs[jr][col] = ov >= 0 && c0 + col < p->d_v ? simt_ld(p->v, p->dtype, ov + c0 + col) : 0.0f;
-      }
-      __syncthreads();
-      for (int jj = 0; jj < SIMT_BN; ++jj) {
-        float vv[SIMT_NC];
-        for (int c = 0; c < SIMT_NC; ++c) vv[c] = vs[jj][lane + 32 * c];
-        for (int r = 0; r < SIMT_RPW; ++r) {
-          const float pj = __shfl_sync(SIMT_FULL_MASK, pr[r], jj);
-          for (int c = 0; c < SIMT_NC; ++c) o[r][c] = fmaf(pj, vv[c], o[r][c]);
-        }
-      }
+      simt_tile_product(p->v, p->dtype, p->d_v, c0, offb, vs, pr, o);
     }
 
     /* normalize: out = O * keep_scale / l, lse = m + log l (0 and +inf if empty) */
