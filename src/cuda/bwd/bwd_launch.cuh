@@ -103,10 +103,10 @@ SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 0, 1); }
 SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
 #endif
 #if SDPA_BWD_DQ_KERNEL /* the deterministic mode's dQ kernels (the Hopper body's d split) */
-SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
-SDPA_BWD_MAIN(SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)) { bwd_dq_body(&prm, 1); }
-static void (*const SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd_params) = {
-    SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernel), SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)};
+SDPA_BWD_MAIN(SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
+SDPA_BWD_MAIN(SDPA_PASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)) { bwd_dq_body(&prm, 1); }
+static void (*const SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd_params) = {
+    SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernel), SDPA_PASTE(SDPA_KERNEL_NAME, _dq_feat_kernel)};
 #endif
 #undef SDPA_BWD_MAIN
 
@@ -126,17 +126,17 @@ static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
 /* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
  * kernel makes dQ (SDPA_BWD_DQ_KERNEL: none then, no accumulator to zero
  * or to hold) */
-static int SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   if (SDPA_BWD_DQ_KERNEL) return p->deterministic ? 0 : 1;
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
-  return bwd_workspace_layout(p, HD, SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
+  return bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
 }
 
-static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *prm) {
+static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *prm) {
   const sdpa_problem *p = &prm->p;
   cudaStream_t stream = (cudaStream_t)p->stream;
   const dim3 rows_grid((unsigned)((p->s_q + 31) / 32), (unsigned)p->h, (unsigned)p->b);
@@ -153,14 +153,14 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params 
   if (p->deterministic) { /* dQ by its own kernel, in the input dtype: no post */
     if (p->s_q > 0) {
       const dim3 qgrid((unsigned)((p->s_q + BM - 1) / BM), (unsigned)p->h, (unsigned)p->b);
-      SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[feat]<<<qgrid, NTHREADS, DQ_SMEM_BYTES, stream>>>(*prm);
+      SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernels)[feat]<<<qgrid, NTHREADS, DQ_SMEM_BYTES, stream>>>(*prm);
     }
   } else
 #endif
   if (p->s_q > 0) SDPA_KPOST<<<rows_grid, 256, 0, stream>>>(*prm);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_BSTR(SDPA_KERNEL_NAME),
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
   return SDPA_OK;
 }
@@ -168,22 +168,22 @@ static sdpa_status SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   static unsigned char smem_set[NKERNELS][SDPA_MAX_DEVICES]; /* per kernel and device: smem limit raised */
   (void)row; /* the registry matched dtype, features and bucket (sdpa_row_refusal) */
-  sdpa_trace_run(SDPA_BSTR(SDPA_KERNEL_NAME));
+  sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
+                     SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
   if (p->d > HD || p->d != p->d_v)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0) return SDPA_OK;
   const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
   if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
                      "%s: grid (%lld key blocks, h = %lld, b = %lld) exceeds CUDA's limits "
                      "(2^31-1, 65535, 65535)",
-                     SDPA_BSTR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
-  const int nsplit = SDPA_BPASTE(SDPA_KERNEL_NAME, _nsplit)(p);
+  const int nsplit = SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p);
   const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
 
   sdpa_bwd_params prm;
@@ -208,25 +208,25 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
   for (int k = 0; k < NKERNELS; ++k)
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
-                                    SDPA_BSTR(SDPA_KERNEL_NAME)));
+                                    SDPA_STR(SDPA_KERNEL_NAME)));
 #if SDPA_BWD_DQ_KERNEL
   static unsigned char dq_smem_set[2][SDPA_MAX_DEVICES];
   for (int k = 0; k < 2; ++k)
-    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BPASTE(SDPA_KERNEL_NAME, _dq_kernels)[k],
-                                    (int)DQ_SMEM_BYTES, dq_smem_set[k], SDPA_BSTR(SDPA_KERNEL_NAME)));
+    SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernels)[k],
+                                    (int)DQ_SMEM_BYTES, dq_smem_set[k], SDPA_STR(SDPA_KERNEL_NAME)));
 #endif
 
   void *wsv = NULL;
   int owned = 0;
-  SDPA_TRY(sdpa_cuda_ws_acquire(p, lay.bytes, 16, SDPA_BSTR(SDPA_KERNEL_NAME),
+  SDPA_TRY(sdpa_cuda_ws_acquire(p, lay.bytes, 16, SDPA_STR(SDPA_KERNEL_NAME),
                                 "sdpa_bwd_workspace_size", &wsv, &owned));
   unsigned char *ws = (unsigned char *)wsv;
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
   prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
-  const sdpa_status st = SDPA_BPASTE(SDPA_KERNEL_NAME, _launch)(&prm);
-  return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_BSTR(SDPA_KERNEL_NAME));
+  const sdpa_status st = SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(&prm);
+  return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_KPRE
@@ -240,8 +240,4 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WS
 #undef SDPA_BWD_BIAS
 #undef SDPA_BWD_DQ_KERNEL
-#undef SDPA_BPASTE_
-#undef SDPA_BPASTE
-#undef SDPA_BSTR_
-#undef SDPA_BSTR
 #include "cuda/row_undef.cuh"

@@ -93,7 +93,7 @@ enum { QS = 64, QS_F = 32, DQN = 64 };
 #define SDPA_HDW 128
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
-#define SDPA_WG(kind, n) SDPA_BPASTE(SDPA_BPASTE(wgmma_##kind##_m64n, n), SDPA_BPASTE(_, SDPA_TY))
+#define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
 
 enum {
   HD = SDPA_HDIM,

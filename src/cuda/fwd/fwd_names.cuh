@@ -1,17 +1,12 @@
 /*
  * fwd_names.cuh - the names every forward body (fwd_sm80_body.cuh,
  * fwd_sm90_body.cuh, fwd_tf32_body.cuh, decode_body.cuh) makes from its
- * row: the token pasting and stringizing helpers, SDPA_FWD_IS_BF16 (1 for a
+ * row: SDPA_FWD_IS_BF16 (1 for a
  * BF16 row, 0 otherwise, usable in #if and as a literal), and the kernel /
  * run names token-pasted from SDPA_KERNEL_NAME. fwd_names_undef.cuh #undef's them at
  * the bottom of the body. No include guard: one body per translation unit.
  */
-#define SDPA_PASTE_(a, b) a##b
-#define SDPA_PASTE(a, b) SDPA_PASTE_(a, b)
-#define SDPA_PASTE3_(a, b, c) a##b##c
-#define SDPA_PASTE3(a, b, c) SDPA_PASTE3_(a, b, c)
-#define SDPA_STR_(a) #a
-#define SDPA_STR(a) SDPA_STR_(a)
+#include "cuda/paste.cuh"
 #define SDPA_DT_IS_BF16_BF16 1
 #define SDPA_DT_IS_BF16_F16 0
 #define SDPA_DT_IS_BF16_F32 0

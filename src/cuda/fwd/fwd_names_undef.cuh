@@ -1,11 +1,5 @@
 /* fwd_names_undef.cuh - #undef's fwd_names.cuh's macros (include at the
  * bottom of a forward body). */
-#undef SDPA_PASTE_
-#undef SDPA_PASTE
-#undef SDPA_PASTE3_
-#undef SDPA_PASTE3
-#undef SDPA_STR_
-#undef SDPA_STR
 #undef SDPA_DT_IS_BF16_BF16
 #undef SDPA_DT_IS_BF16_F16
 #undef SDPA_DT_IS_BF16_F32
