@@ -96,6 +96,58 @@ void dual_free(dual *x) {
   memset(x, 0, sizeof *x);
 }
 
+void gpu_twins_up(gpu_twins *w, const case_bufs *b) {
+  memset(w, 0, sizeof *w);
+  for (int k = 0; k < b->n; ++k) {
+    const size_t alloc = (b->bytes[k] + 15) & ~(size_t)15;
+    CUDA_OK(cudaMalloc(&w->dev[k], alloc ? alloc : 16));
+    if (b->bytes[k])
+      CUDA_OK(cudaMemcpy(w->dev[k], b->t[k].data, b->bytes[k], cudaMemcpyHostToDevice));
+  }
+  w->n = b->n;
+}
+
+void *gpu_twin_ptr(const gpu_twins *w, const case_bufs *b, const void *p) {
+  const int k = case_find(b, p);
+  if (k < 0 || k >= w->n) {
+    printf("FATAL gpu_twin_ptr: %p is in no buffer of the case\n", p);
+    exit(1);
+  }
+  return (char *)w->dev[k] + ((const char *)p - (const char *)b->t[k].data);
+}
+
+static void twin_fields(const gpu_twins *w, const case_bufs *b, sdpa_tensor **f, int n) {
+  for (int k = 0; k < n; ++k)
+    if (f[k]->data) f[k]->data = gpu_twin_ptr(w, b, f[k]->data);
+}
+
+sdpa_fwd_desc gpu_twins_fwd(const gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host) {
+  sdpa_fwd_desc d = *host;
+  sdpa_tensor *f[32];
+  d.attn.device = SDPA_DEVICE_CUDA;
+  twin_fields(w, b, f, case_fwd_fields(&d, f));
+  return d;
+}
+
+sdpa_bwd_desc gpu_twins_bwd(const gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host) {
+  sdpa_bwd_desc d = *host;
+  sdpa_tensor *f[32];
+  d.attn.device = SDPA_DEVICE_CUDA;
+  twin_fields(w, b, f, case_bwd_fields(&d, f));
+  return d;
+}
+
+void gpu_twins_down(const gpu_twins *w, case_bufs *b, int all) {
+  for (int k = 0; k < w->n; ++k)
+    if ((all || b->out[k]) && b->bytes[k])
+      CUDA_OK(cudaMemcpy(b->t[k].data, w->dev[k], b->bytes[k], cudaMemcpyDeviceToHost));
+}
+
+void gpu_twins_free(gpu_twins *w) {
+  for (int k = 0; k < w->n; ++k) CUDA_OK(cudaFree(w->dev[k]));
+  memset(w, 0, sizeof *w);
+}
+
 void gpu_bench_alloc(const void *host, size_t n, size_t es, void *buf[4]) {
   static const size_t shift[3] = {0, 7, 13};
   for (int k = 0; k < 4; ++k) CUDA_OK(cudaMalloc(&buf[k], n * es));

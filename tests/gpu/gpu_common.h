@@ -16,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/cases.h"
 #include "sdpa.h"
 
 void gpu_cuda_fatal(const char *file, int line, const char *call, cudaError_t e);
@@ -38,6 +39,26 @@ dual dual_alloc(sdpa_dtype dt, int rank, const int64_t *shape, int rows16, int64
 void dual_upload(dual *x);
 void dual_download(dual *x);
 void dual_free(dual *x); /* accepts a zeroed dual */
+
+/* Device twins of a case's host buffers (tests/common/cases.h): each buffer
+ * copied whole (its padding too) into an allocation of whole 16-byte chunks
+ * (the kernels copy aligned chunks whole: compute-sanitizer counts a chunk's
+ * bytes past the allocation as read), and the descriptors of the case with
+ * their tensors pointing at the twins (the same offsets and strides). */
+typedef struct gpu_twins {
+  int n;
+  void *dev[CASE_MAX_BUFS];
+} gpu_twins;
+/* Uploads every buffer of b. */
+void gpu_twins_up(gpu_twins *w, const case_bufs *b);
+/* host with SDPA_DEVICE_CUDA and every tensor on its twin. */
+sdpa_fwd_desc gpu_twins_fwd(const gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host);
+sdpa_bwd_desc gpu_twins_bwd(const gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host);
+/* The device address of host address p (inside one of b's buffers). */
+void *gpu_twin_ptr(const gpu_twins *w, const case_bufs *b, const void *p);
+/* Brings back the outputs (b->out) or every buffer (all). */
+void gpu_twins_down(const gpu_twins *w, case_bufs *b, int all);
+void gpu_twins_free(gpu_twins *w);
 
 /* The Hopper rows' selection check: on an sm_90 device the explain call must
  * have succeeded and, when its text lists a row whose name starts with prefix
