@@ -71,6 +71,9 @@
 #include "cuda/fwd/fwd_names.cuh"
 #define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
 
+#define SDPA_MMA(d, a, b) mma_m16n8k16(d, a, b, SDPA_FWD_IS_BF16)
+#define SDPA_LO(w) fwd_half_to_f32(w, 0, SDPA_FWD_IS_BF16)
+#define SDPA_HI(w) fwd_half_to_f32(w, 1, SDPA_FWD_IS_BF16)
 #if SDPA_FWD_IS_BF16
 #define SDPA_PACK pack_bf16x2
 #else
@@ -133,14 +136,6 @@ __device__ __forceinline__ int swz(int r, int c) {
   return c < CPR8 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
 }
 
-/* swz of chunk c2 + hi (c2 even, hi 0 or 1) for this lane's ldmatrix row,
- * whose r & 7 and (r >> 1) & 3 are x7, x3: c2 + hi < CPR8 exactly when c2 is
- * (CPR8 is even), and c2 is a literal in the unrolled loops. */
-__device__ __forceinline__ int swz_lane(int c2, int hi, int x7, int x3) {
-  const int c = c2 + hi;
-  return c2 < CPR8 ? (c ^ x7) : (c ^ x3);
-}
-
 #include "cuda/ptx/tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix row). */
@@ -156,24 +151,28 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
 #pragma unroll
   for (int ks = 0; ks < KS; ++ks) {
     uint32_t a[MT][4];
-    const int qc = swz_lane(2 * ks, q_hi, q_x7, q_x3); /* Q's chunk, the same in every m tile */
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       if (Q_REGS) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) a[mt][e] = qr[mt][Q_REGS ? ks : 0][e];
       } else {
-        ldmatrix_x4(a[mt], sq_lane + (uint32_t)(mt * 16 * CPR * 16 + qc * 16));
+        int c = 2 * ks + q_hi;
+        int pc = (2 * ks < CPR8) ? (c ^ q_x7) : (c ^ q_x3);
+        ldmatrix_x4(a[mt], sq_lane + (uint32_t)(mt * 16 * CPR * 16 + pc * 16));
       }
     }
-    const int kc = swz_lane(2 * ks, k_hi, k_x7, k_x3); /* K's chunk, the same in every n pair */
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t bk[4];
-      ldmatrix_x4(bk, sk_lane + (uint32_t)(np * 16 * CPR * 16 + kc * 16));
+      int c = 2 * ks + k_hi;
+      int pc = (2 * ks < CPR8) ? (c ^ k_x7) : (c ^ k_x3);
+      ldmatrix_x4(bk, sk_lane + (uint32_t)(np * 16 * CPR * 16 + pc * 16));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        mma_m16n16k16(s[mt] + 2 * np, a[mt], bk, SDPA_FWD_IS_BF16);
+      for (int mt = 0; mt < MT; ++mt) {
+        SDPA_MMA(s[mt][2 * np], a[mt], bk);
+        SDPA_MMA(s[mt][2 * np + 1], a[mt], bk + 2);
+      }
     }
   }
 }
@@ -208,12 +207,6 @@ __device__ __forceinline__ void bias_tile(uint32_t sb, const sdpa_problem *p, in
   }
 }
 
-/* s[0..1] = smul * s + log2(e) * bias for the two keys of bias word w. */
-__device__ __forceinline__ void bias_fma2(float *s, uint32_t w, float smul) {
-  s[0] = fmaf(s[0], smul, fwd_half_to_f32(w, 0, SDPA_FWD_IS_BF16) * SDPA_LOG2E);
-  s[1] = fmaf(s[1], smul, fwd_half_to_f32(w, 1, SDPA_FWD_IS_BF16) * SDPA_LOG2E);
-}
-
 /* s = smul * s + log2(e) * bias for this thread's fragment (rows i = row_i(mt, hf), keys
  * j = n0 + nt * 8 + 2t and j + 1): from the shared tile sb (BIAS_SMEM), else
  * from global memory, two 16-bit loads a pair. */
@@ -230,7 +223,8 @@ __device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const uint32_t w = a[((mt * 16 + hf * 8) * BROW + nt * 8) / 2];
-          bias_fma2(s[mt][nt] + 2 * hf, w, smul);
+          s[mt][nt][2 * hf] = fmaf(s[mt][nt][2 * hf], smul, SDPA_LO(w) * SDPA_LOG2E);
+          s[mt][nt][2 * hf + 1] = fmaf(s[mt][nt][2 * hf + 1], smul, SDPA_HI(w) * SDPA_LOG2E);
         }
   } else {
     const int jb = n0 + 2 * t;
@@ -249,7 +243,8 @@ __device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *
           if (ok && j < rw->sk) w = __ldg((const unsigned short *)(r + nt * 8));
           if (ok && j + 1 < rw->sk)
             w |= (uint32_t)__ldg((const unsigned short *)(r + nt * 8 + 1)) << 16;
-          bias_fma2(s[mt][nt] + 2 * hf, w, smul);
+          s[mt][nt][2 * hf] = fmaf(s[mt][nt][2 * hf], smul, SDPA_LO(w) * SDPA_LOG2E);
+          s[mt][nt][2 * hf + 1] = fmaf(s[mt][nt][2 * hf + 1], smul, SDPA_HI(w) * SDPA_LOG2E);
         }
       }
   }
@@ -323,7 +318,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int ks = 0; ks < QKS; ++ks) {
-        const int pc = swz_lane(2 * ks, q_hi, q_x7, q_x3);
+        int c = 2 * ks + q_hi;
+        int pc = (2 * ks < CPR8) ? (c ^ q_x7) : (c ^ q_x3);
         ldmatrix_x4(qr[mt][ks], sq_lane + (uint32_t)(mt * 16 * CPR * 16 + pc * 16));
       }
   }
@@ -370,11 +366,14 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
 #pragma unroll
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t bv[4];
-        const int pc = swz_lane(2 * dp, v_hi, v_x7, v_x3);
+        int c = 2 * dp + v_hi;
+        int pc = (2 * dp < CPR8) ? (c ^ v_x7) : (c ^ v_x3);
         ldmatrix_x4_trans(bv, sv_lane + (uint32_t)(ps * 16 * CPR * 16 + pc * 16));
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          mma_m16n16k16(o[mt] + 2 * dp, pa[mt][ps], bv, SDPA_FWD_IS_BF16);
+        for (int mt = 0; mt < MT; ++mt) {
+          SDPA_MMA(o[mt][2 * dp], pa[mt][ps], bv);
+          SDPA_MMA(o[mt][2 * dp + 1], pa[mt][ps], bv + 2);
+        }
       }
   }
 
@@ -530,7 +529,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                          name);
 }
 
+#undef SDPA_MMA
 #undef SDPA_PACK
+#undef SDPA_LO
+#undef SDPA_HI
 #undef SDPA_KERNEL_BIAS
 #undef SDPA_FULL
 #include "cuda/fwd/fwd_names_undef.cuh"
