@@ -164,18 +164,20 @@ def selected_kernel(q, k, v, kw):
     return first.split(": ", 1)[1] if first.startswith("selected: ") else first
 
 
-def bench_checked(op, b, s, h, d, causal, dtype, bias):
+def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
     """One cell of the --bias / --f32 modes: op "fwd" or "bwd", recorded as fwd_bias,
     bwd_bias, fwd_f32 or bwd_f32; bwd_bias asks sdpa for dbias and torch for the
     gradient of its attn_mask. First one call each, compared; then the timing.
     sdpa's outputs are NaN-poisoned before its first call, must come back finite and
     agree with torch EFFICIENT's (the reference). torch CUDNN's (bias only) are checked
     against EFFICIENT's too: a CUDNN that disagrees (e.g. one that leaves the bias
-    gradient out) is recorded None with a note, not timed."""
+    gradient out) is recorded None with a note, not timed. bshape: the bias's shape
+    (default [b, h, s, s]); a broadcast one is recorded as dbias_bcast, its dbias summed."""
     torch.manual_seed(0)
     dt = DTYPES[dtype]
     bwd = op == "bwd"
-    name = f"{op}_bias" if bias else f"{op}_{dtype}"
+    bshape = tuple(bshape or (b, h, s, s))
+    name = ("dbias_bcast" if bshape != (b, h, s, s) else f"{op}_bias") if bias else f"{op}_{dtype}"
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt, requires_grad=bwd)
                for _ in range(3))
@@ -190,7 +192,8 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias):
     tol = TOLERANCE[dtype]
     kw, torch_kw = {"causal": causal}, {"is_causal": causal}
     if bias:
-        bt = torch.randn(b, h, s, s, device="cuda", dtype=dt)
+        bt = torch.randn(*bshape, device="cuda", dtype=dt)
+        rec["bias_shape"] = list(bshape)
         kw["bias"] = bt
         # torch takes no attn_mask with is_causal: the causal -inf goes into its copy, made a
         # leaf of its own so that torch's backward has no masked_fill to go back through
@@ -351,6 +354,35 @@ def run_checked(gpu, ops, bias):
         sys.exit(1)
 
 
+def run_dbias_bcast(gpu):
+    """--dbias-bcast: bf16 d 128, s 2048 (b 8, h 16), causal and not: the backward with
+    dbias of a full [b, h, s, s] bias and of [1, h, s, s] and [b, 1, s, s] ones (dbias
+    summed over the broadcast dim), each against torch EFFICIENT with the same bias."""
+    b, s, h, d = 8, 2048, 16, 128
+    extra = {"torch": torch.__version__, "tolerance": TOLERANCE["bf16"],
+             "title": "TFLOP/s of the backward with dbias; t / t_full = the call's time over "
+                      "the full-bias backward's in the same row group"}
+    records, failed = [], []
+    for causal in (False, True):
+        full = None
+        for shape in ((b, h, s, s), (1, h, s, s), (b, 1, s, s)):
+            rec = bench_checked("bwd", b, s, h, d, causal, "bf16", True, shape)
+            full = full or rec.get("sdpa")
+            if rec.get("sdpa") and full:
+                rec["t_over_full"] = full / rec["sdpa"]
+            records.append(rec)
+            write_results(gpu, records, suffix="-dbias_bcast", extra=extra)
+            if rec["check"].startswith("FAIL"):
+                failed.append(f"{shape} causal={causal}: {rec['check']}")
+            print(f"bias {list(shape)} causal={int(causal)}: sdpa={rec.get('sdpa') or 0:.1f} "
+                  f"efficient={rec.get('torch_efficient') or 0:.1f} t/t_full="
+                  f"{rec.get('t_over_full') or 0:.2f} kernel={rec.get('sdpa_kernel')} "
+                  f"{rec['check']}", flush=True)
+    if failed:
+        print(f"{len(failed)} cell(s) FAILED their check:", *failed, sep="\n  ")
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default=None,
@@ -362,7 +394,12 @@ def main():
                     help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
     ap.add_argument("--f32", action="store_true",
                     help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
+    ap.add_argument("--dbias-bcast", action="store_true",
+                    help="the backward with dbias of broadcast biases against the full one")
     args = ap.parse_args()
+    if args.dbias_bcast:
+        run_dbias_bcast(torch.cuda.get_device_name())
+        return
     if args.bias and args.f32:
         ap.error("--bias and --f32: one mode a run (one results file each)")
     ops = (args.ops or ("fwd,bwd" if args.bias or args.f32 else "fwd")).split(",")

@@ -562,8 +562,8 @@ static void run_fast(scase c) {
  * sm_90 the Hopper bias rows) for a full dbias (or none), across the
  * head-dim rows, tile edges, masks (the skipped dbias tiles must come back
  * zero: dbias is poisoned), every score feature, atomic and deterministic,
- * GQA (dbias per query head), unaligned bias rows; a dbias summed over a
- * broadcast dim goes to bwd_simt. */
+ * GQA (dbias per query head), unaligned bias rows, and dbias summed over
+ * broadcast dims (through the full gradient and sdpa_dbias_sum). */
 static void fast_bias(void) {
   scase c;
   c = mk("fb_full_causal", BF16, 2, 4, 2, 200, 260, 128, 128);
@@ -593,8 +593,19 @@ static void fast_bias(void) {
   c.atomic = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd32_bias", run_bwd(&c);
   c = mk("fb_d192_gqa", F16, 1, 4, 2, 70, 70, 160, 160), c.bias = 1, c.dbias = 1;
   c.wset = 1, c.wl = 9, c.wr = 30, c.softcap = 5.f, c.expect = "bwd_sm80_f16_hd192_bias", run_bwd(&c);
-  c = mk("fb_dbias_bcast", BF16, 2, 2, 2, 40, 50, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
-  c.expect = "bwd_simt", run_bwd(&c);
+  /* dbias summed over broadcast dims: the bias rows write the full gradient
+   * and sum it (dense problems; varlen ones stay on bwd_simt, above) */
+  c = mk("fb_dbias_bcast_b", BF16, 2, 2, 2, 40, 50, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
+  c.expect = "bwd_sm80_bf16_hd64_bias", run_fast(c);
+  c = mk("fb_dbias_bcast_h_gqa", F16, 2, 4, 2, 150, 130, 128, 128), c.bias = 1 | BC_H;
+  c.dbias = 1, c.causal = 1, c.bias_ninf = 1, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
+  c = mk("fb_dbias_bcast_q_atomic", BF16, 3, 2, 2, 70, 200, 128, 128), c.bias = 1 | BC_Q;
+  c.dbias = 1, c.atomic = 1, c.softcap = 4.f, c.expect = "bwd_sm80_bf16_hd128_bias", run_fast(c);
+  c = mk("fb_dbias_bcast_bhq_window", F16, 2, 2, 1, 90, 60, 64, 64);
+  c.bias = 1 | BC_B | BC_H | BC_Q, c.dbias = 1, c.wset = 1, c.wl = 20, c.wr = 5;
+  c.expect = "bwd_sm80_f16_hd64_bias", run_fast(c);
+  c = mk("fb_dbias_bcast_d256", BF16, 2, 2, 2, 70, 90, 256, 256), c.bias = 1 | BC_B | BC_H;
+  c.dbias = 1, c.dropout = 0.17f, c.expect = "bwd_sm80_bf16_hd256_bias", run_bwd(&c);
 }
 
 static void small(void) {

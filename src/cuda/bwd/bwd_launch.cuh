@@ -24,6 +24,10 @@
  * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's
  * dQ with them instead of with dQ slices and the post kernel.
  */
+#include <stdio.h>
+
+#include "cuda/bwd/dbias_sum.h"
+
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
@@ -131,10 +135,35 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
+/* The workspace: bwd_workspace_layout's, then (a bias row whose dbias is
+ * summed over broadcast dims) the full gradient the kernels write, which
+ * sdpa_dbias_sum adds up into the caller's dbias. */
+static size_t SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(const sdpa_problem *p, size_t *full_at) {
+  *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
+  return *full_at + (SDPA_BWD_BIAS ? bwd_align256(sdpa_dbias_full_bytes(p)) : 0);
+}
+
 extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   (void)row;
-  return bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
+  size_t full_at;
+  return SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(p, &full_at);
 }
+
+#if SDPA_BWD_BIAS
+/* A dbias summed over broadcast dims goes through the full gradient, which
+ * the kernels write for every (i < s_q, j < s_k) of a dense problem but not
+ * past a varlen or seqused_k sequence's end. */
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  (void)row;
+  if (sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
+    snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
+    return why;
+  }
+  return NULL;
+}
+#endif
 
 static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *prm) {
   const sdpa_problem *p = &prm->p;
@@ -218,14 +247,22 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
   void *wsv = NULL;
   int owned = 0;
-  SDPA_TRY(sdpa_cuda_ws_acquire(p, lay.bytes, 16, SDPA_STR(SDPA_KERNEL_NAME),
+  size_t full_at;
+  const size_t need = SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(p, &full_at);
+  SDPA_TRY(sdpa_cuda_ws_acquire(p, need, 16, SDPA_STR(SDPA_KERNEL_NAME),
                                 "sdpa_bwd_workspace_size", &wsv, &owned));
   unsigned char *ws = (unsigned char *)wsv;
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
   prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
-  const sdpa_status st = SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(&prm);
+  const int sums = SDPA_BWD_BIAS && sdpa_dbias_sums(p);
+  if (sums) { /* the kernels write the full gradient (16-byte aligned rows when s_k % 8 == 0) */
+    sdpa_dbias_full_view(p, ws + full_at, &prm.p);
+    prm.dbias_aligned = p->s_k % 8 == 0;
+  }
+  sdpa_status st = SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(&prm);
+  if (sums && st == SDPA_OK) st = sdpa_dbias_sum(p, ws + full_at, SDPA_STR(SDPA_KERNEL_NAME));
   return sdpa_cuda_ws_release(p, wsv, owned, st, SDPA_STR(SDPA_KERNEL_NAME));
 }
 

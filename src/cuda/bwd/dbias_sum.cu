@@ -1,0 +1,62 @@
+/*
+ * dbias_sum.cu - dbias over broadcast dims (dbias_sum.h). Each element of
+ * the caller's dbias is one thread's sum over the broadcast dims in a fixed
+ * order, in fp32, so the result does not depend on the run (deterministic
+ * mode needs nothing more). The full gradient costs a write and a read of
+ * b h s_q s_k 16-bit values, next to the backward's own traffic.
+ */
+#include <cuda_runtime.h>
+
+#include "error.h"
+#include "cuda/bwd/dbias_sum.h"
+#include "cuda/simt/simt_common.cuh" /* simt_ld, simt_st */
+
+extern "C" size_t sdpa_dbias_full_bytes(const sdpa_problem *p) {
+  if (!sdpa_dbias_sums(p)) return 0;
+  return (size_t)(p->b * p->h * p->s_q * p->s_k) * (p->dtype == SDPA_DTYPE_F32 ? 4u : 2u);
+}
+
+extern "C" void sdpa_dbias_full_view(const sdpa_problem *p, void *full, sdpa_problem *q) {
+  *q = *p;
+  q->dbias = full;
+  q->dbias_sk = 1;
+  q->dbias_sq = p->s_k;
+  q->dbias_sh = p->s_q * p->s_k;
+  q->dbias_sb = p->h * p->s_q * p->s_k;
+  q->dbias_nb = p->b, q->dbias_nh = p->h, q->dbias_nq = p->s_q;
+}
+
+__global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ sdpa_problem p,
+                                                        const void *full) {
+  const int64_t n = p.dbias_nb * p.dbias_nh * p.dbias_nq * p.s_k;
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
+       o += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t k = o % p.s_k, r = o / p.s_k;
+    const int64_t q = r % p.dbias_nq, bh = r / p.dbias_nq;
+    const int64_t hh = bh % p.dbias_nh, b = bh / p.dbias_nh;
+    /* a broadcast dim (extent 1) sums every index of the problem's */
+    const int64_t b0 = p.dbias_nb == 1 ? 0 : b, b1 = p.dbias_nb == 1 ? p.b : b + 1;
+    const int64_t h0 = p.dbias_nh == 1 ? 0 : hh, h1 = p.dbias_nh == 1 ? p.h : hh + 1;
+    const int64_t q0 = p.dbias_nq == 1 ? 0 : q, q1 = p.dbias_nq == 1 ? p.s_q : q + 1;
+    float acc = 0.f;
+    for (int64_t bi = b0; bi < b1; ++bi)
+      for (int64_t hi = h0; hi < h1; ++hi)
+        for (int64_t qi = q0; qi < q1; ++qi)
+          acc += simt_ld(full, p.dtype, ((bi * p.h + hi) * p.s_q + qi) * p.s_k + k);
+    simt_st(p.dbias, p.dtype, b * p.dbias_sb + hh * p.dbias_sh + q * p.dbias_sq + k * p.dbias_sk,
+            acc);
+  }
+}
+
+extern "C" sdpa_status sdpa_dbias_sum(const sdpa_problem *p, const void *full, const char *who) {
+  const int64_t n = p->dbias_nb * p->dbias_nh * p->dbias_nq * p->s_k;
+  if (n == 0) return SDPA_OK;
+  const int64_t blocks = (n + 255) / 256;
+  dbias_sum_kernel<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0,
+                     (cudaStream_t)p->stream>>>(*p, full);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: dbias sum kernel launch failed: %s", who,
+                     cudaGetErrorString(e));
+  return SDPA_OK;
+}
