@@ -38,7 +38,8 @@ OUTPUT = os.path.join(ROOT, "docs", "performance.md")
 
 # ---- operation kinds ---------------------------------------------------------------------
 
-KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "decode", "cpu", "train", "upstream"]
+KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "decode", "cpu", "train", "upstream",
+              "ring"]
 
 KIND_TITLES = {
     "fwd": "Forward",
@@ -50,6 +51,7 @@ KIND_TITLES = {
     "cpu": "CPU forward",
     "train": "End-to-end training check (tests/python/train_gpt.py)",
     "upstream": "Upstream test suites (FlashAttention 2.6.3, xformers 0.0.28)",
+    "ring": "Context parallelism (ring attention over NCCL, one host)",
 }
 
 KIND_NOTES = {
@@ -74,13 +76,20 @@ KIND_NOTES = {
              "include warm-up.",
     "upstream": "The drop-in shims (python/flash_attn_shim, python/xformers_shim) against the "
                 "upstream projects' own test files, unchanged, sampled per seed.",
+    "ring": "TFLOP/s a GPU (the whole problem's FLOPs over the ranks): `sdpa` is the ring "
+            "(bench/ring_bench.py's docstring names every column), `sdpa_local` single-GPU "
+            "sdpa on the same per-GPU work without transfers, `torch CP` torch's "
+            "context_parallel; `needed_gbps` the bandwidth a GPU needs to hide a step's "
+            "transfer (docs/design.md §9).",
 }
 
 KIND_UNITS = {"fwd": "TFLOP/s", "bwd": "TFLOP/s", "dropout": "TFLOP/s", "bias": "TFLOP/s",
-              "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s"}
+              "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s",
+              "ring": "TFLOP/s"}
 
 OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
-           "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode"}
+           "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode", "ring_fwd": "ring",
+           "ring_bwd": "ring"}
 
 # The command that reproduces each kind, from the repository root on a machine with the
 # library built (sdpa finds build/libsdpa.so, or set SDPA_LIBRARY=/path/to/libsdpa.so) and
@@ -94,6 +103,7 @@ COMMANDS = {
     "f32": "python3 bench/bench.py --f32{ops_flag}",
     "decode": "python3 bench/bench_decode.py{decode_flags}",
     "cpu": "python3 bench/cpu_bench.py --threads {threads}{seqlen_flag}",
+    "ring": "python3 bench/ring_bench.py --world {world}",
     "train": "python3 tests/python/train_gpt.py {train_flags} --json {path}",
     "upstream": "for s in {seeds}; do KIT_SEED=$s OUT=/tmp/upstream-$s "
                 "SDPA_LIBRARY=$PWD/build-gpu/libsdpa.so bash .upstream/run.sh .; done; "
@@ -115,7 +125,8 @@ LABELS = {"sdpa": "sdpa", "torch_flash": "torch FLASH", "torch_cudnn": "torch cu
           "torch_efficient": "torch EFFICIENT", "torch_cpu": "torch CPU",
           "s_q": "s_q", "s_k": "s_k", "h": "h", "h_k": "h_k", "b": "b", "d": "d",
           "causal": "causal", "paged": "paged", "dropout": "dropout p", "dtype": "dtype",
-          "threads": "threads"}
+          "threads": "threads", "torch_cp": "torch CP", "sdpa_ring_checked": "sdpa checked",
+          "sdpa_local": "sdpa local"}
 SHORT = {"torch_flash": "FLASH", "torch_cudnn": "cuDNN", "torch_efficient": "EFFICIENT",
          "torch_cpu": "torch CPU"}
 SHAPE_ORDER = ["dtype", "d", "causal", "dropout", "s_q", "s_k", "b", "h", "h_k", "paged",
@@ -127,7 +138,8 @@ def is_diag(k):
 
 
 def is_measure(k):
-    return (k in ("sdpa", "sdpa_graph", "check", "sdpa_kernel", "ratio") or k.startswith("torch_")
+    return (k in ("sdpa", "sdpa_graph", "check", "sdpa_kernel", "ratio", "sdpa_local",
+                  "sdpa_ring_checked", "needed_gbps") or k.startswith("torch_")
             or k.startswith("x_") or k.endswith("_ms") or k.endswith("_note") or is_diag(k))
 
 
@@ -300,6 +312,8 @@ def command_for(kind, f):
             if ls != [4096, 16384, 65536, 131072]:
                 flags += " --lens " + ",".join(map(str, ls))
         v["decode_flags"] = flags
+    elif kind == "ring":
+        v["world"] = recs[0].get("world", 4)
     elif kind == "cpu":
         v["threads"] = recs[0].get("threads", "$(nproc)")
         s = recs[0].get("s_q", 2048)
@@ -387,7 +401,8 @@ def records_table(kind, recs, unit):
     times = [k for k in keys if k.endswith("_ms")]
     diags = [k for k in keys if is_diag(k) and all(not isinstance(r.get(k), (dict, list))
                                                    for r in recs)]
-    extra = [k for k in ("check", "sdpa_kernel") if k in keys]
+    extra = [k for k in ("check", "sdpa_kernel", "sdpa_ring_checked", "sdpa_local", "needed_gbps")
+             if k in keys]
     u = unit.split(" ")[0]
     header = [merged.get(k, label(k)) for k in varying]
     header += [f"{label(k)} [{u}]" for k in ["sdpa"] + refs]

@@ -44,7 +44,7 @@ __all__ = [
 
 def __getattr__(name):
     # lazy submodules: sdpa.torch_ops imports torch, so only on demand
-    if name in ("torch_ops", "flash_attn_interface", "xformers_ops"):
+    if name in ("torch_ops", "flash_attn_interface", "xformers_ops", "distributed"):
         import importlib
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'sdpa' has no attribute %r" % name)
