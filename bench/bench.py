@@ -176,8 +176,10 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
     torch.manual_seed(0)
     dt = DTYPES[dtype]
     bwd = op == "bwd"
+    name = f"{op}_bias" if bias else f"{op}_{dtype}"
+    if bshape:  # --dbias-bcast: the broadcast biases and their full-bias reference
+        name = "dbias_bcast" if tuple(bshape) != (b, h, s, s) else "dbias_full"
     bshape = tuple(bshape or (b, h, s, s))
-    name = ("dbias_bcast" if bshape != (b, h, s, s) else f"{op}_bias") if bias else f"{op}_{dtype}"
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt, requires_grad=bwd)
                for _ in range(3))
@@ -193,7 +195,7 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
     kw, torch_kw = {"causal": causal}, {"is_causal": causal}
     if bias:
         bt = torch.randn(*bshape, device="cuda", dtype=dt)
-        rec["bias_shape"] = list(bshape)
+        rec["bias_shape"] = "x".join(map(str, bshape))
         kw["bias"] = bt
         # torch takes no attn_mask with is_causal: the causal -inf goes into its copy, made a
         # leaf of its own so that torch's backward has no masked_fill to go back through
@@ -369,7 +371,7 @@ def run_dbias_bcast(gpu):
             rec = bench_checked("bwd", b, s, h, d, causal, "bf16", True, shape)
             full = full or rec.get("sdpa")
             if rec.get("sdpa") and full:
-                rec["t_over_full"] = full / rec["sdpa"]
+                rec["t_over_full"] = round(full / rec["sdpa"], 2)
             records.append(rec)
             write_results(gpu, records, suffix="-dbias_bcast", extra=extra)
             if rec["check"].startswith("FAIL"):

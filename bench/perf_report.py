@@ -52,6 +52,7 @@ KIND_TITLES = {
     "train": "End-to-end training check (tests/python/train_gpt.py)",
     "upstream": "Upstream test suites (FlashAttention 2.6.3, xformers 0.0.28)",
     "ring": "Context parallelism (ring attention over NCCL, one host)",
+    "dbias_bcast": "dbias of broadcast biases (the backward, against the full bias's)",
 }
 
 KIND_NOTES = {
@@ -76,6 +77,10 @@ KIND_NOTES = {
              "include warm-up.",
     "upstream": "The drop-in shims (python/flash_attn_shim, python/xformers_shim) against the "
                 "upstream projects' own test files, unchanged, sampled per seed.",
+    "dbias_bcast": "bf16, d 128, s 2048, b 8, h 16: the backward with dbias of a full [b, h, s, s] "
+                   "bias (dbias_full) and of [1, h, s, s] / [b, 1, s, s] ones (dbias_bcast, "
+                   "summed over the broadcast dim), each against torch EFFICIENT with the same "
+                   "bias; `t over full` = the call's time over the full-bias backward's.",
     "ring": "TFLOP/s a GPU (the whole problem's FLOPs over the ranks): `sdpa` is the ring "
             "(bench/ring_bench.py's docstring names every column), `sdpa_local` single-GPU "
             "sdpa on the same per-GPU work without transfers, `torch CP` torch's "
@@ -85,11 +90,11 @@ KIND_NOTES = {
 
 KIND_UNITS = {"fwd": "TFLOP/s", "bwd": "TFLOP/s", "dropout": "TFLOP/s", "bias": "TFLOP/s",
               "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s",
-              "ring": "TFLOP/s"}
+              "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s"}
 
 OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
            "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode", "ring_fwd": "ring",
-           "ring_bwd": "ring"}
+           "ring_bwd": "ring", "dbias_full": "dbias_bcast", "dbias_bcast": "dbias_bcast"}
 
 # The command that reproduces each kind, from the repository root on a machine with the
 # library built (sdpa finds build/libsdpa.so, or set SDPA_LIBRARY=/path/to/libsdpa.so) and
@@ -104,6 +109,7 @@ COMMANDS = {
     "decode": "python3 bench/bench_decode.py{decode_flags}",
     "cpu": "python3 bench/cpu_bench.py --threads {threads}{seqlen_flag}",
     "ring": "python3 bench/ring_bench.py --world {world}",
+    "dbias_bcast": "python3 bench/bench.py --dbias-bcast",
     "train": "python3 tests/python/train_gpt.py {train_flags} --json {path}",
     "upstream": "for s in {seeds}; do KIT_SEED=$s OUT=/tmp/upstream-$s "
                 "SDPA_LIBRARY=$PWD/build-gpu/libsdpa.so bash .upstream/run.sh .; done; "
