@@ -9,8 +9,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "ring/check.h"
-#include "ring/ring.h"
+#include "ring/pass.h"
 
 #ifdef SDPA_HAVE_RING
 #include <cuda_runtime.h>
@@ -68,16 +67,34 @@ sdpa_status sdpa_ring_shard(int64_t seqlen, int world_size, sdpa_ring_layout lay
   return SDPA_OK;
 }
 
-sdpa_status sdpa_ring_fwd_workspace_size(const sdpa_ring_fwd_desc *desc, size_t *bytes) {
+/* The device the query sizes for: the descriptor's, or the ring's own where
+ * it cannot be read (the check then says why). */
+static sdpa_status workspace_size(const sdpa_ring_pass *p, size_t *bytes) {
   sdpa_clear_error();
-  const int whole = desc && desc->struct_size >= sizeof *desc;
-  return sdpa_ring_fwd_size(desc, whole ? desc->attn.device : SDPA_DEVICE_CUDA, bytes);
+  return sdpa_ring_size(p, p->attn ? p->attn->device : SDPA_DEVICE_CUDA, bytes);
+}
+
+sdpa_status sdpa_ring_fwd_workspace_size(const sdpa_ring_fwd_desc *desc, size_t *bytes) {
+  const sdpa_ring_pass p = sdpa_ring_fwd_pass(desc);
+  return workspace_size(&p, bytes);
 }
 
 sdpa_status sdpa_ring_bwd_workspace_size(const sdpa_ring_bwd_desc *desc, size_t *bytes) {
-  sdpa_clear_error();
-  const int whole = desc && desc->struct_size >= sizeof *desc;
-  return sdpa_ring_bwd_size(desc, whole ? desc->attn.device : SDPA_DEVICE_CUDA, bytes);
+  const sdpa_ring_pass p = sdpa_ring_bwd_pass(desc);
+  return workspace_size(&p, bytes);
+}
+
+/* The ring's fwd / bwd calls, one function over either pass (below). */
+static sdpa_status run_pass(const sdpa_ring_pass *p);
+
+sdpa_status sdpa_ring_fwd(const sdpa_ring_fwd_desc *desc) {
+  const sdpa_ring_pass p = sdpa_ring_fwd_pass(desc);
+  return run_pass(&p);
+}
+
+sdpa_status sdpa_ring_bwd(const sdpa_ring_bwd_desc *desc) {
+  const sdpa_ring_pass p = sdpa_ring_bwd_pass(desc);
+  return run_pass(&p);
 }
 
 #ifndef SDPA_HAVE_RING
@@ -90,22 +107,11 @@ static sdpa_status no_ring(const char *call) {
 int sdpa_ring_available(void) { return 0; }
 
 /* The arguments are still checked: a wrong call hears about itself first. */
-sdpa_status sdpa_ring_fwd(const sdpa_ring_fwd_desc *desc) {
+static sdpa_status run_pass(const sdpa_ring_pass *p) {
   sdpa_ring_geom g;
   sdpa_clear_error();
-  const int whole = desc && desc->struct_size >= sizeof *desc;
-  SDPA_TRY(sdpa_ring_check_fwd(desc, whole ? desc->ring.rank : 0,
-                               whole ? desc->ring.world_size : 1, SDPA_DEVICE_CUDA, &g));
-  return no_ring("sdpa_ring_fwd");
-}
-
-sdpa_status sdpa_ring_bwd(const sdpa_ring_bwd_desc *desc) {
-  sdpa_ring_geom g;
-  sdpa_clear_error();
-  const int whole = desc && desc->struct_size >= sizeof *desc;
-  SDPA_TRY(sdpa_ring_check_bwd(desc, whole ? desc->ring.rank : 0,
-                               whole ? desc->ring.world_size : 1, SDPA_DEVICE_CUDA, &g));
-  return no_ring("sdpa_ring_bwd");
+  SDPA_TRY(sdpa_ring_check_alone(p, SDPA_DEVICE_CUDA, &g));
+  return no_ring(p->kind->op == SDPA_RING_OP_FWD ? "sdpa_ring_fwd" : "sdpa_ring_bwd");
 }
 
 sdpa_status sdpa_ring_unique_id(void *id, size_t id_size) {
@@ -220,38 +226,14 @@ static sdpa_status check_device(const sdpa_attn *a, const ring_call *c) {
   return SDPA_OK;
 }
 
-static sdpa_status whole(const void *desc, size_t have, size_t want, const char *type,
-                         const char *init) {
-  if (!desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an %s", type);
-  if (have < want)
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(%s)); initialise the"
-                     " descriptor with %s()", have, want, type, init);
-  return SDPA_OK;
-}
-
-sdpa_status sdpa_ring_fwd(const sdpa_ring_fwd_desc *desc) {
+static sdpa_status run_pass(const sdpa_ring_pass *p) {
   sdpa_clear_error();
-  SDPA_TRY(whole(desc, desc ? desc->struct_size : 0, sizeof *desc, "sdpa_ring_fwd_desc",
-                 "sdpa_ring_fwd_init"));
+  SDPA_TRY(sdpa_ring_check_desc(p));
   ring_call c;
-  sdpa_status st = ring_open(&c, &desc->attn, &desc->ring);
+  sdpa_status st = ring_open(&c, p->attn, p->ring);
   if (st == SDPA_OK) {
-    sdpa_status pre = check_device(&desc->attn, &c);
-    st = sdpa_ring_fwd_run(desc, &c.tp.base, &c.ops, pre);
-  }
-  ring_close(&c);
-  return st;
-}
-
-sdpa_status sdpa_ring_bwd(const sdpa_ring_bwd_desc *desc) {
-  sdpa_clear_error();
-  SDPA_TRY(whole(desc, desc ? desc->struct_size : 0, sizeof *desc, "sdpa_ring_bwd_desc",
-                 "sdpa_ring_bwd_init"));
-  ring_call c;
-  sdpa_status st = ring_open(&c, &desc->attn, &desc->ring);
-  if (st == SDPA_OK) {
-    sdpa_status pre = check_device(&desc->attn, &c);
-    st = sdpa_ring_bwd_run(desc, &c.tp.base, &c.ops, pre);
+    sdpa_status pre = check_device(p->attn, &c);
+    st = sdpa_ring_run(p, &c.tp.base, &c.ops, pre);
   }
   ring_close(&c);
   return st;

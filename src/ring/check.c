@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "common/dtype.h"
 #include "error.h"
+#include "ring/pass.h"
 
 #define INV SDPA_ERR_INVALID_ARGUMENT
 #define UNSUP SDPA_ERR_NOT_SUPPORTED
@@ -111,22 +112,14 @@ static sdpa_status check_contiguous(const sdpa_tensor *t, const char *name) {
 }
 
 static void fill_geom(const sdpa_problem *p, const sdpa_ring *r, sdpa_ring_geom *g) {
-  g->rank = r->rank;
-  g->world = r->world_size;
-  g->layout = r->layout;
-  g->seqlen = r->seqlen;
+  *g = (sdpa_ring_geom){.rank = r->rank, .world = r->world_size, .layout = r->layout,
+                        .seqlen = r->seqlen,
+                        .s_max = sdpa_ring_max_local(r->seqlen, r->world_size, r->layout),
+                        .b = p->b, .h = p->h, .h_k = p->h_k, .d = p->d, .d_v = p->d_v,
+                        .dtype = p->dtype, .es = sdpa_dtype_size(p->dtype),
+                        .causal = p->window_right == 0 && p->window_left < 0,
+                        .scale = p->scale, .softcap = p->softcap};
   sdpa_ring_shard_of(r->seqlen, r->world_size, r->layout, r->rank, &g->own);
-  g->s_max = sdpa_ring_max_local(r->seqlen, r->world_size, r->layout);
-  g->b = p->b;
-  g->h = p->h;
-  g->h_k = p->h_k;
-  g->d = p->d;
-  g->d_v = p->d_v;
-  g->dtype = p->dtype;
-  g->es = sdpa_dtype_size(p->dtype);
-  g->causal = p->window_right == 0 && p->window_left < 0;
-  g->scale = p->scale;
-  g->softcap = p->softcap;
 }
 
 /* The rows this rank holds, before sdpa's checks (whose messages would name
@@ -145,52 +138,56 @@ static sdpa_status check_local(const sdpa_attn *a) {
   return check_contiguous(&a->v, "attn.v");
 }
 
-sdpa_status sdpa_ring_check_fwd(const sdpa_ring_fwd_desc *d, int rank, int world,
-                                sdpa_device device, sdpa_ring_geom *g) {
-  if (!d) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_ring_fwd_desc");
-  if (d->struct_size < sizeof(sdpa_ring_fwd_desc))
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_ring_fwd_desc));"
-                     " initialise the descriptor with sdpa_ring_fwd_init()", d->struct_size,
-                     sizeof(sdpa_ring_fwd_desc));
-  SDPA_TRY(check_ring(&d->ring, rank, world));
-  SDPA_TRY(check_modifiers(&d->attn, device));
-  SDPA_TRY(check_held(&d->attn, &d->ring));
-  sdpa_fwd_desc f;
-  sdpa_fwd_init(&f);
-  f.attn = d->attn;
-  f.out = d->out;
-  f.lse = d->lse;
-  sdpa_problem p;
-  SDPA_TRY(sdpa_validate_fwd(&f, &p));
-  fill_geom(&p, &d->ring, g);
-  return check_local(&d->attn);
+void sdpa_ring_caller_fwd(const sdpa_ring_fwd_desc *d, sdpa_fwd_desc *f) {
+  sdpa_fwd_init(f);
+  f->attn = d->attn;
+  f->out = d->out, f->lse = d->lse;
 }
 
-sdpa_status sdpa_ring_check_bwd(const sdpa_ring_bwd_desc *d, int rank, int world,
-                                sdpa_device device, sdpa_ring_geom *g) {
-  if (!d) return sdpa_fail(INV, "desc = NULL: expected a pointer to an sdpa_ring_bwd_desc");
-  if (d->struct_size < sizeof(sdpa_ring_bwd_desc))
-    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(sdpa_ring_bwd_desc));"
-                     " initialise the descriptor with sdpa_ring_bwd_init()", d->struct_size,
-                     sizeof(sdpa_ring_bwd_desc));
-  SDPA_TRY(check_ring(&d->ring, rank, world));
-  SDPA_TRY(check_modifiers(&d->attn, device));
-  SDPA_TRY(check_held(&d->attn, &d->ring));
+void sdpa_ring_caller_bwd(const sdpa_ring_bwd_desc *d, sdpa_bwd_desc *b) {
+  sdpa_bwd_init(b);
+  b->attn = d->attn;
+  b->out = d->out, b->lse = d->lse, b->dout = d->dout, b->dlse = d->dlse;
+  b->dq = d->dq, b->dk = d->dk, b->dv = d->dv;
+  b->deterministic = d->deterministic;
+}
+
+/* sdpa's own checks of this rank's local problem. */
+static sdpa_status validate(const sdpa_ring_pass *p, sdpa_problem *prob) {
+  if (p->kind->op == SDPA_RING_OP_FWD) {
+    sdpa_fwd_desc f;
+    sdpa_ring_caller_fwd((const sdpa_ring_fwd_desc *)p->desc, &f);
+    return sdpa_validate_fwd(&f, prob);
+  }
   sdpa_bwd_desc b;
-  sdpa_bwd_init(&b);
-  b.attn = d->attn;
-  b.out = d->out;
-  b.lse = d->lse;
-  b.dout = d->dout;
-  b.dq = d->dq;
-  b.dk = d->dk;
-  b.dv = d->dv;
-  b.dlse = d->dlse;
-  b.deterministic = d->deterministic;
-  sdpa_problem p;
-  SDPA_TRY(sdpa_validate_bwd(&b, &p));
-  fill_geom(&p, &d->ring, g);
-  return check_local(&d->attn);
+  sdpa_ring_caller_bwd((const sdpa_ring_bwd_desc *)p->desc, &b);
+  return sdpa_validate_bwd(&b, prob);
+}
+
+sdpa_status sdpa_ring_check_desc(const sdpa_ring_pass *p) {
+  if (!p->desc) return sdpa_fail(INV, "desc = NULL: expected a pointer to an %s", p->kind->type);
+  if (!p->attn)
+    return sdpa_fail(INV, "desc->struct_size = %zu: expected >= %zu (sizeof(%s)); initialise the"
+                     " descriptor with %s()", p->struct_size, p->kind->desc_size, p->kind->type,
+                     p->kind->init);
+  return SDPA_OK;
+}
+
+sdpa_status sdpa_ring_check(const sdpa_ring_pass *p, int rank, int world, sdpa_device device,
+                            sdpa_ring_geom *g) {
+  SDPA_TRY(sdpa_ring_check_desc(p));
+  SDPA_TRY(check_ring(p->ring, rank, world));
+  SDPA_TRY(check_modifiers(p->attn, device));
+  SDPA_TRY(check_held(p->attn, p->ring));
+  sdpa_problem prob;
+  SDPA_TRY(validate(p, &prob));
+  fill_geom(&prob, p->ring, g);
+  return check_local(p->attn);
+}
+
+sdpa_status sdpa_ring_check_alone(const sdpa_ring_pass *p, sdpa_device device, sdpa_ring_geom *g) {
+  const int rank = p->ring ? p->ring->rank : 0, world = p->ring ? p->ring->world_size : 1;
+  return sdpa_ring_check(p, rank, world, device, g);
 }
 
 /* ---- agreement ------------------------------------------------------------------ */

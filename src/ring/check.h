@@ -23,12 +23,20 @@ typedef struct sdpa_ring_geom {
 
 enum { SDPA_RING_OP_FWD = 1, SDPA_RING_OP_BWD = 2 };
 
+/* The caller's tensors as one sdpa_fwd / sdpa_bwd call: what sdpa validates
+ * (sdpa_ring_check), and what each step's calls take rows of. */
+void sdpa_ring_caller_fwd(const sdpa_ring_fwd_desc *d, sdpa_fwd_desc *f);
+void sdpa_ring_caller_bwd(const sdpa_ring_bwd_desc *d, sdpa_bwd_desc *b);
+
+/* The descriptor can be read: not NULL, and its struct_size. */
+sdpa_status sdpa_ring_check_desc(const sdpa_ring_pass *p);
 /* This rank's arguments against each other and against the transport's
  * rank / world and the ops' device; fills *g. */
-sdpa_status sdpa_ring_check_fwd(const sdpa_ring_fwd_desc *d, int rank, int world,
-                                sdpa_device device, sdpa_ring_geom *g);
-sdpa_status sdpa_ring_check_bwd(const sdpa_ring_bwd_desc *d, int rank, int world,
-                                sdpa_device device, sdpa_ring_geom *g);
+sdpa_status sdpa_ring_check(const sdpa_ring_pass *p, int rank, int world, sdpa_device device,
+                            sdpa_ring_geom *g);
+/* The same where no transport says the rank and world: the descriptor's own
+ * (the workspace query, and a build without the ring). */
+sdpa_status sdpa_ring_check_alone(const sdpa_ring_pass *p, sdpa_device device, sdpa_ring_geom *g);
 
 /* Every rank's verdict and shapes, all-gathered: SDPA_OK on every rank when
  * all agree; else the same refusal on every rank (this rank's own message

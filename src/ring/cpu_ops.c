@@ -54,11 +54,9 @@ static sdpa_status cpu_store(const sdpa_ring_ops *o, const float *src, const sdp
 }
 
 void sdpa_ring_cpu_ops(sdpa_ring_ops *o) {
-  o->device = SDPA_DEVICE_CPU;
-  o->stream = NULL;
-  o->alloc = cpu_alloc;
-  o->release = cpu_release;
-  o->fill = cpu_fill;
-  o->add = cpu_add;
-  o->store = cpu_store;
+  static const sdpa_ring_ops cpu = {.device = SDPA_DEVICE_CPU, .stream = NULL,
+                                    .alloc = cpu_alloc,        .release = cpu_release,
+                                    .fill = cpu_fill,          .add = cpu_add,
+                                    .store = cpu_store};
+  *o = cpu;
 }

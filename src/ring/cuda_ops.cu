@@ -62,9 +62,8 @@ static unsigned blocks_for(int64_t n) {
 
 static sdpa_status launched(const char *what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "ring: the %s kernel's launch failed: %s", what,
-                     cudaGetErrorString(e));
+  SDPA_CHECK(e == cudaSuccess, SDPA_ERR_CUDA, "ring: the %s kernel's launch failed: %s", what,
+             cudaGetErrorString(e));
   return SDPA_OK;
 }
 

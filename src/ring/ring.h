@@ -1,7 +1,7 @@
 /*
  * ring.h - ring attention inside the library: the sequence's split and each
  * step's work (plan.c), the two interfaces the schedule runs over, and the
- * schedule's entry points (fwd.c, bwd.c).
+ * schedule's entry points (pass.c over fwd.c and bwd.c).
  *
  * The schedule never names NCCL or CUDA: it moves blocks through a
  * transport (NCCL in nccl_transport.c; an in-process loopback in the tests)
@@ -109,18 +109,33 @@ void sdpa_ring_cuda_ops(sdpa_ring_ops *o, void *stream); /* cuda_ops.cu */
 
 /* ---- the schedule ---------------------------------------------------------------- */
 
+/* One call of the forward or the backward: the caller's descriptor and what
+ * the steps both passes share read of it (pass.h says what differs). */
+typedef struct sdpa_ring_pass_kind sdpa_ring_pass_kind;
+typedef struct sdpa_ring_pass {
+  const sdpa_ring_pass_kind *kind;
+  const void *desc;        /* the caller's sdpa_ring_fwd_desc / sdpa_ring_bwd_desc */
+  size_t struct_size;      /* desc->struct_size (0 for NULL) */
+  /* desc's fields; NULL / 0 where desc is NULL or too short to read (the
+   * check says which) */
+  const sdpa_attn *attn;
+  const sdpa_ring *ring;
+  void *workspace;
+  size_t workspace_size;
+} sdpa_ring_pass;
+
+sdpa_ring_pass sdpa_ring_fwd_pass(const sdpa_ring_fwd_desc *d);
+sdpa_ring_pass sdpa_ring_bwd_pass(const sdpa_ring_bwd_desc *d);
+
 /* Validate this rank's descriptor (ring.rank / world_size must be the
  * transport's), allocate, agree with the peers (check_peers), run. The ops'
  * device must be attn.device. pre: a refusal the caller already found (its
  * message recorded; SDPA_OK if none), which the peers hear of through the
  * agreement all the same. */
-sdpa_status sdpa_ring_fwd_run(const sdpa_ring_fwd_desc *d, sdpa_ring_transport *tp,
-                              const sdpa_ring_ops *ops, sdpa_status pre);
-sdpa_status sdpa_ring_bwd_run(const sdpa_ring_bwd_desc *d, sdpa_ring_transport *tp,
-                              const sdpa_ring_ops *ops, sdpa_status pre);
+sdpa_status sdpa_ring_run(const sdpa_ring_pass *p, sdpa_ring_transport *tp,
+                          const sdpa_ring_ops *ops, sdpa_status pre);
 /* The workspace of the call (no transport: this rank's arguments only). */
-sdpa_status sdpa_ring_fwd_size(const sdpa_ring_fwd_desc *d, sdpa_device device, size_t *bytes);
-sdpa_status sdpa_ring_bwd_size(const sdpa_ring_bwd_desc *d, sdpa_device device, size_t *bytes);
+sdpa_status sdpa_ring_size(const sdpa_ring_pass *p, sdpa_device device, size_t *bytes);
 
 #ifdef __cplusplus
 }

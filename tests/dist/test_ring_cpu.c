@@ -163,7 +163,8 @@ static void *rank_main(void *arg) {
     f.workspace = poisoned_ws(bytes, &raw_f);
     f.workspace_size = bytes;
   }
-  j->st_f = sdpa_ring_fwd_run(&f, j->tp, &ops, SDPA_OK);
+  const sdpa_ring_pass pf = sdpa_ring_fwd_pass(&f);
+  j->st_f = sdpa_ring_run(&pf, j->tp, &ops, SDPA_OK);
   if (j->st_f != SDPA_OK) goto fail_f;
 
   sdpa_ring_bwd_desc b;
@@ -185,7 +186,8 @@ static void *rank_main(void *arg) {
     b.workspace = poisoned_ws(bytes, &raw_b);
     b.workspace_size = bytes;
   }
-  j->st_b = sdpa_ring_bwd_run(&b, j->tp, &ops, SDPA_OK);
+  const sdpa_ring_pass pb = sdpa_ring_bwd_pass(&b);
+  j->st_b = sdpa_ring_run(&pb, j->tp, &ops, SDPA_OK);
   if (j->st_b != SDPA_OK) goto fail_b;
   free(raw_f);
   free(raw_b);
@@ -361,8 +363,8 @@ static void *err_main(void *arg) {
   err_job *j = (err_job *)arg;
   sdpa_ring_ops ops;
   sdpa_ring_cpu_ops(&ops);
-  j->st = j->bwd ? sdpa_ring_bwd_run(&j->b, j->tp, &ops, SDPA_OK)
-                 : sdpa_ring_fwd_run(&j->f, j->tp, &ops, SDPA_OK);
+  const sdpa_ring_pass p = j->bwd ? sdpa_ring_bwd_pass(&j->b) : sdpa_ring_fwd_pass(&j->f);
+  j->st = sdpa_ring_run(&p, j->tp, &ops, SDPA_OK);
   snprintf(j->msg, sizeof j->msg, "%s", sdpa_last_error());
   return NULL;
 }
