@@ -232,6 +232,12 @@ def _declare(lib):
         "sdpa_explain_fwd": (_enum, [P(sdpa_fwd_desc), ctypes.c_char_p, ctypes.c_size_t]),
         "sdpa_explain_bwd": (_enum, [P(sdpa_bwd_desc), ctypes.c_char_p, ctypes.c_size_t]),
     }
+    declare(lib, sig)
+
+
+def declare(lib, sig):
+    """Sets restype and argtypes of lib's functions from sig, {name: (restype, argtypes)}
+    (AttributeError where lib lacks one)."""
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype = res
@@ -273,14 +279,20 @@ def library_path():
 _lib_sizes = {}
 
 
+def init_struct_size(cls, init):
+    """The struct_size that the library's init function for cls writes: how large it
+    thinks that descriptor is. Init into a padded buffer (a newer library may write
+    more than we know of)."""
+    buf = ctypes.create_string_buffer(ctypes.sizeof(cls) + 4096)
+    init(ctypes.cast(buf, ctypes.POINTER(cls)))
+    return ctypes.c_size_t.from_buffer(buf).value
+
+
 def _check_abi(cand, path):
-    """The library's init functions say how large it thinks each descriptor is.
-    Init into a padded buffer (a newer library may write more than we know of)."""
+    """The library's init functions say how large it thinks each descriptor is."""
     for cls, init in ((sdpa_fwd_desc, cand.sdpa_fwd_init), (sdpa_bwd_desc, cand.sdpa_bwd_init),
                       (sdpa_merge_desc, cand.sdpa_merge_init)):
-        buf = ctypes.create_string_buffer(ctypes.sizeof(cls) + 4096)
-        init(ctypes.cast(buf, ctypes.POINTER(cls)))
-        size = ctypes.c_size_t.from_buffer(buf).value
+        size = init_struct_size(cls, init)
         if size < ctypes.sizeof(ctypes.c_size_t) or size > ctypes.sizeof(cls) + 4096:
             raise OSError("%s: %s init wrote struct_size %d (expected %d): not a matching libsdpa"
                           % (path, cls.__name__, size, ctypes.sizeof(cls)))

@@ -52,34 +52,33 @@ class sdpa_ring(ctypes.Structure):
     ]
 
 
+# the fields both descriptors begin and end with, in the header's order
+_RING_DESC_HEAD = [
+    ("struct_size", ctypes.c_size_t),
+    ("attn", sdpa_attn),
+    ("ring", sdpa_ring),
+    ("out", sdpa_tensor),
+    ("lse", sdpa_tensor),
+]
+_RING_DESC_TAIL = [
+    ("workspace", ctypes.c_void_p),
+    ("workspace_size", ctypes.c_size_t),
+]
+
+
 class sdpa_ring_fwd_desc(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("attn", sdpa_attn),
-        ("ring", sdpa_ring),
-        ("out", sdpa_tensor),
-        ("lse", sdpa_tensor),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_size", ctypes.c_size_t),
-    ]
+    _fields_ = _RING_DESC_HEAD + _RING_DESC_TAIL
 
 
 class sdpa_ring_bwd_desc(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("attn", sdpa_attn),
-        ("ring", sdpa_ring),
-        ("out", sdpa_tensor),
-        ("lse", sdpa_tensor),
+    _fields_ = _RING_DESC_HEAD + [
         ("dout", sdpa_tensor),
         ("dq", sdpa_tensor),
         ("dk", sdpa_tensor),
         ("dv", sdpa_tensor),
         ("dlse", sdpa_tensor),
         ("deterministic", ctypes.c_int),
-        ("workspace", ctypes.c_void_p),
-        ("workspace_size", ctypes.c_size_t),
-    ]
+    ] + _RING_DESC_TAIL
 
 
 _declared = None
@@ -108,19 +107,14 @@ def _ring_lib():
         "sdpa_ring_comm_destroy": (_enum, [ctypes.c_void_p]),
     }
     try:
-        for name, (res, args) in sig.items():
-            f = getattr(L, name)
-            f.restype = res
-            f.argtypes = args
+        _lib.declare(L, sig)
     except AttributeError as e:
         raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
                         "%s has no ring (%s): rebuild libsdpa from this checkout"
                         % (_lib.library_path(), e))
     for cls, init in ((sdpa_ring_fwd_desc, L.sdpa_ring_fwd_init),
                       (sdpa_ring_bwd_desc, L.sdpa_ring_bwd_init)):
-        buf = ctypes.create_string_buffer(ctypes.sizeof(cls) + 4096)
-        init(ctypes.cast(buf, ctypes.POINTER(cls)))
-        size = ctypes.c_size_t.from_buffer(buf).value
+        size = _lib.init_struct_size(cls, init)
         if size != ctypes.sizeof(cls):
             raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
                             "%s: %s is %d bytes there, %d in this binding: not a matching libsdpa"

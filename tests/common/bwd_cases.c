@@ -35,18 +35,7 @@
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-#define BWD_MAX_CASES 200
-static bwd_tcase tab[BWD_MAX_CASES];
-static int ntab;
-
-static void add(bwd_tcase c) {
-  if (ntab == BWD_MAX_CASES) {
-    printf("FATAL bwd_cases: more than %d cases\n", BWD_MAX_CASES);
-    exit(1);
-  }
-  if (!c.dv) c.dv = c.d;
-  tab[ntab++] = c;
-}
+CASE_TABLE(bwd_tcase, 200, "bwd_cases")
 #define ADD(...) add((bwd_tcase){__VA_ARGS__})
 
 /* the CPU cases' fixed varlen lengths (b entries each) and thread counts */
@@ -500,16 +489,7 @@ static void run_check(const case_env *env, bwd_cuda_fn cuda, const bwd_tcase *c,
     const int64_t *bs = f->bshape;
     n[3] = bs[0] * bs[1] * bs[2] * bs[3];
     for (int l = 0; l < 2; ++l) {
-      double *red = calloc((size_t)(n[3] ? n[3] : 1), sizeof(double));
-      for (int64_t b = 0; b < c->b; ++b)
-        for (int64_t hh = 0; hh < c->h; ++hh)
-          for (int64_t i = 0; i < f->sq; ++i)
-            for (int64_t j = 0; j < f->sk; ++j) {
-              const int64_t bo = bs[0] == 1 ? 0 : b, ho = bs[1] == 1 ? 0 : hh;
-              const int64_t io = bs[2] == 1 ? 0 : i;
-              red[((bo * bs[1] + ho) * bs[2] + io) * f->sk + j] +=
-                  r[l][3][((b * c->h + hh) * f->sq + i) * f->sk + j];
-            }
+      double *red = case_reduce_dbias(r[l][3], c->b, c->h, f->sq, f->sk, bs);
       free(r[l][3]);
       r[l][3] = red;
     }

@@ -79,29 +79,49 @@ void case_bufs_free(case_bufs *b) {
   memset(b, 0, sizeof *b);
 }
 
-int case_fwd_fields(sdpa_fwd_desc *d, sdpa_tensor **f) {
-  sdpa_tensor *all[] = {&d->attn.q,          &d->attn.k,         &d->attn.v,
-                        &d->attn.cu_seqlens_q, &d->attn.cu_seqlens_k, &d->attn.seqused_k,
-                        &d->attn.alibi_slopes, &d->attn.bias,   &d->out,
-                        &d->lse,             &d->probs,          &d->cache_seqlens,
-                        &d->block_table,     &d->cache_batch_idx, &d->k_new,
-                        &d->v_new,           &d->rotary_cos,     &d->rotary_sin,
-                        &d->cache_leftpad};
+/* The tensor fields of the attention both descriptors hold (the rest follow). */
+static int attn_fields(sdpa_attn *a, sdpa_tensor **f) {
+  sdpa_tensor *all[] = {&a->q,            &a->k,         &a->v,            &a->cu_seqlens_q,
+                        &a->cu_seqlens_k, &a->seqused_k, &a->alibi_slopes, &a->bias};
   const int n = (int)(sizeof all / sizeof all[0]);
   for (int k = 0; k < n; ++k) f[k] = all[k];
   return n;
 }
 
-int case_bwd_fields(sdpa_bwd_desc *d, sdpa_tensor **f) {
-  sdpa_tensor *all[] = {&d->attn.q,          &d->attn.k,         &d->attn.v,
-                        &d->attn.cu_seqlens_q, &d->attn.cu_seqlens_k, &d->attn.seqused_k,
-                        &d->attn.alibi_slopes, &d->attn.bias,   &d->out,
-                        &d->lse,             &d->dout,           &d->dq,
-                        &d->dk,              &d->dv,             &d->dbias,
-                        &d->dlse};
-  const int n = (int)(sizeof all / sizeof all[0]);
-  for (int k = 0; k < n; ++k) f[k] = all[k];
+int case_fwd_fields(sdpa_fwd_desc *d, sdpa_tensor **f) {
+  int n = attn_fields(&d->attn, f);
+  sdpa_tensor *rest[] = {&d->out,           &d->lse,          &d->probs,
+                         &d->cache_seqlens, &d->block_table,  &d->cache_batch_idx,
+                         &d->k_new,         &d->v_new,        &d->rotary_cos,
+                         &d->rotary_sin,    &d->cache_leftpad};
+  for (size_t k = 0; k < sizeof rest / sizeof rest[0]; ++k) f[n++] = rest[k];
   return n;
+}
+
+int case_bwd_fields(sdpa_bwd_desc *d, sdpa_tensor **f) {
+  int n = attn_fields(&d->attn, f);
+  sdpa_tensor *rest[] = {&d->out, &d->lse, &d->dout, &d->dq, &d->dk, &d->dv, &d->dbias, &d->dlse};
+  for (size_t k = 0; k < sizeof rest / sizeof rest[0]; ++k) f[n++] = rest[k];
+  return n;
+}
+
+double *case_reduce_dbias(const double *full, int64_t b, int64_t h, int64_t sq, int64_t sk,
+                          const int64_t *bs) {
+  const int64_t n = bs[0] * bs[1] * bs[2] * bs[3];
+  double *red = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!red) {
+    printf("FATAL case_reduce_dbias: out of memory\n");
+    exit(1);
+  }
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < sk; ++j) {
+          const int64_t bo = bs[0] == 1 ? 0 : bb, ho = bs[1] == 1 ? 0 : hh;
+          const int64_t io = bs[2] == 1 ? 0 : i;
+          red[((bo * bs[1] + ho) * bs[2] + io) * sk + j] += full[((bb * h + hh) * sq + i) * sk + j];
+        }
+  return red;
 }
 
 double *case_doubles(const sdpa_tensor *t) {

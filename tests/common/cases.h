@@ -20,11 +20,27 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "common/harness.h"
 #include "sdpa.h"
 
 enum { ON_CPU = 1, ON_CUDA = 2, ON_BOTH = 3 };
+
+/* A case table: tab[max] of type, ntab, and add(c), which fills d_v = d where
+ * the case leaves it 0. One definition, so that every table appends alike. */
+#define CASE_TABLE(type, max, what)                                   \
+  static type tab[max];                                               \
+  static int ntab;                                                    \
+  static void add(type c) {                                           \
+    if (ntab == (max)) {                                              \
+      printf("FATAL " what ": more than %d cases\n", (max));          \
+      exit(1);                                                        \
+    }                                                                 \
+    if (!c.dv) c.dv = c.d;                                            \
+    tab[ntab++] = c;                                                  \
+  }
 
 /* ---- a case's host buffers ---------------------------------------------------------- */
 #define CASE_MAX_BUFS 24
@@ -51,6 +67,10 @@ void case_bufs_free(case_bufs *b);
 /* Pointers to every tensor field of a descriptor; returns how many. */
 int case_fwd_fields(sdpa_fwd_desc *d, sdpa_tensor **f);
 int case_bwd_fields(sdpa_bwd_desc *d, sdpa_tensor **f);
+/* The oracle's full dbias [b, h, sq, sk] summed over the dims the bias
+ * broadcasts (bs: its shape [b or 1, h or 1, sq or 1, sk]); malloc'd. */
+double *case_reduce_dbias(const double *full, int64_t b, int64_t h, int64_t sq, int64_t sk,
+                          const int64_t *bs);
 
 /* The logical elements of t as doubles (malloc'd; never NULL). */
 double *case_doubles(const sdpa_tensor *t);

@@ -32,18 +32,7 @@
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-#define DEC_MAX_CASES 200
-static dec_case tab[DEC_MAX_CASES];
-static int ntab;
-
-static void add(dec_case c) {
-  if (ntab == DEC_MAX_CASES) {
-    printf("FATAL decode_cases: more than %d cases\n", DEC_MAX_CASES);
-    exit(1);
-  }
-  if (!c.dv) c.dv = c.d;
-  tab[ntab++] = c;
-}
+CASE_TABLE(dec_case, 200, "decode_cases")
 #define ADD(...) add((dec_case){__VA_ARGS__})
 
 static void build_table(void) {

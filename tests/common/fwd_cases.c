@@ -30,18 +30,7 @@
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-#define FWD_MAX_CASES 400
-static fwd_case tab[FWD_MAX_CASES];
-static int ntab;
-
-static void add(fwd_case c) {
-  if (ntab == FWD_MAX_CASES) {
-    printf("FATAL fwd_cases: more than %d cases\n", FWD_MAX_CASES);
-    exit(1);
-  }
-  if (!c.dv) c.dv = c.d;
-  tab[ntab++] = c;
-}
+CASE_TABLE(fwd_case, 400, "fwd_cases")
 #define ADD(...) add((fwd_case){__VA_ARGS__})
 
 /* f32 runs on the CPU backend only (the CUDA fp32 rows have their own suite,

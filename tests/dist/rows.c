@@ -4,6 +4,7 @@
  */
 #include "rows.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "common/dtype.h"
@@ -29,4 +30,43 @@ void rows_copy(const sdpa_tensor *src, sdpa_tensor *dst, const sdpa_ring_shard_t
       char *to = (char *)dst->data + (size_t)(to_global ? gf : lf) * es;
       memcpy(to, from, (size_t)inner * es);
     }
+}
+
+sdpa_tensor rows_t4(void *p, sdpa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
+  const int64_t s[4] = {a, b, c, d};
+  return p ? sdpa_tensor_contiguous(p, dt, 4, s) : test_alloc(dt, 4, s);
+}
+
+sdpa_tensor rows_t3(void *p, sdpa_dtype dt, int64_t a, int64_t b, int64_t c) {
+  const int64_t s[3] = {a, b, c};
+  return p ? sdpa_tensor_contiguous(p, dt, 3, s) : test_alloc(dt, 3, s);
+}
+
+double rows_max_diff(const sdpa_tensor *a, const sdpa_tensor *b) {
+  double m = 0.0;
+  for (int64_t e = 0; e < test_numel(a); ++e) {
+    const double x = test_get(a, e), y = test_get(b, e);
+    if (isinf(x) && x == y) continue;
+    const double d = fabs(x - y);
+    if (!(d <= m)) m = d; /* NaN wins */
+  }
+  return m;
+}
+
+void rows_attn(sdpa_attn *a, sdpa_device dev, sdpa_tensor q, sdpa_tensor k, sdpa_tensor v,
+               int causal, float scale, float softcap) {
+  a->device = dev;
+  a->q = q, a->k = k, a->v = v;
+  a->causal = causal;
+  a->scale = scale;
+  a->softcap = softcap;
+}
+
+void rows_ring(sdpa_ring *r, int rank, int world, sdpa_ring_layout layout, int64_t seqlen,
+               int check_peers) {
+  r->rank = rank;
+  r->world_size = world;
+  r->layout = layout;
+  r->seqlen = seqlen;
+  r->check_peers = check_peers;
 }

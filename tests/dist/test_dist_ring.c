@@ -80,16 +80,6 @@ static void download(sdpa_tensor *host, const sdpa_tensor *dev) {
              cudaMemcpyDeviceToHost);
 }
 
-static sdpa_tensor t4(void *p, sdpa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
-  const int64_t s[4] = {a, b, c, d};
-  return p ? sdpa_tensor_contiguous(p, dt, 4, s) : test_alloc(dt, 4, s);
-}
-
-static sdpa_tensor t3(void *p, sdpa_dtype dt, int64_t a, int64_t b, int64_t c) {
-  const int64_t s[3] = {a, b, c};
-  return p ? sdpa_tensor_contiguous(p, dt, 3, s) : test_alloc(dt, 3, s);
-}
-
 /* ---- the global problem -------------------------------------------------------------- */
 
 typedef struct global_in {
@@ -99,17 +89,17 @@ typedef struct global_in {
 static void make_inputs(const dcase *c, int index, global_in *g) {
   test_rng rng;
   test_rng_init(&rng, run_seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(index + 1)));
-  g->q = t4(NULL, c->dt, c->b, c->s, c->h, c->d);
-  g->k = t4(NULL, c->dt, c->b, c->s, c->hk, c->d);
-  g->v = t4(NULL, c->dt, c->b, c->s, c->hk, c->dv);
-  g->dout = t4(NULL, c->dt, c->b, c->s, c->h, c->dv);
+  g->q = rows_t4(NULL, c->dt, c->b, c->s, c->h, c->d);
+  g->k = rows_t4(NULL, c->dt, c->b, c->s, c->hk, c->d);
+  g->v = rows_t4(NULL, c->dt, c->b, c->s, c->hk, c->dv);
+  g->dout = rows_t4(NULL, c->dt, c->b, c->s, c->h, c->dv);
   test_fill_normal(&g->q, &rng, 1.0);
   test_fill_normal(&g->k, &rng, 1.0);
   test_fill_normal(&g->v, &rng, 1.0);
   test_fill_normal(&g->dout, &rng, 1.0);
   memset(&g->dlse, 0, sizeof g->dlse);
   if (c->dlse) {
-    g->dlse = t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
+    g->dlse = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
     test_fill_normal(&g->dlse, &rng, 1.0);
   }
 }
@@ -135,15 +125,15 @@ static gathered gathered_at(char *p, const dcase *c) {
   gathered g;
 #define NEXT(x) \
   (p += (((size_t)test_numel(&(x)) * sdpa_dtype_size((x).dtype)) + 255) & ~(size_t)255)
-  g.out = t4(p, c->dt, c->b, c->s, c->h, c->dv);
+  g.out = rows_t4(p, c->dt, c->b, c->s, c->h, c->dv);
   NEXT(g.out);
-  g.lse = t3(p, SDPA_DTYPE_F32, c->b, c->h, c->s);
+  g.lse = rows_t3(p, SDPA_DTYPE_F32, c->b, c->h, c->s);
   NEXT(g.lse);
-  g.dq = t4(p, c->dt, c->b, c->s, c->h, c->d);
+  g.dq = rows_t4(p, c->dt, c->b, c->s, c->h, c->d);
   NEXT(g.dq);
-  g.dk = t4(p, c->dt, c->b, c->s, c->hk, c->d);
+  g.dk = rows_t4(p, c->dt, c->b, c->s, c->hk, c->d);
   NEXT(g.dk);
-  g.dv = t4(p, c->dt, c->b, c->s, c->hk, c->dv);
+  g.dv = rows_t4(p, c->dt, c->b, c->s, c->hk, c->dv);
 #undef NEXT
   return g;
 }
@@ -162,21 +152,22 @@ static int ring_run(dist_ctx *ctx, const dcase *c, int index, cudaStream_t strea
   sdpa_ring_shard_t sh;
   sdpa_ring_shard_of(c->s, ctx->world, c->layout, ctx->rank, &sh);
   const int64_t s = sh.len;
-  sdpa_tensor lq = t4(NULL, c->dt, c->b, s, c->h, c->d), lk = t4(NULL, c->dt, c->b, s, c->hk, c->d);
-  sdpa_tensor lv = t4(NULL, c->dt, c->b, s, c->hk, c->dv),
-              ldo = t4(NULL, c->dt, c->b, s, c->h, c->dv);
-  sdpa_tensor lo = t4(NULL, c->dt, c->b, s, c->h, c->dv),
-              ll = t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
-  sdpa_tensor ldq = t4(NULL, c->dt, c->b, s, c->h, c->d),
-              ldk = t4(NULL, c->dt, c->b, s, c->hk, c->d);
-  sdpa_tensor ldv = t4(NULL, c->dt, c->b, s, c->hk, c->dv), ldl;
+  sdpa_tensor lq = rows_t4(NULL, c->dt, c->b, s, c->h, c->d),
+              lk = rows_t4(NULL, c->dt, c->b, s, c->hk, c->d);
+  sdpa_tensor lv = rows_t4(NULL, c->dt, c->b, s, c->hk, c->dv),
+              ldo = rows_t4(NULL, c->dt, c->b, s, c->h, c->dv);
+  sdpa_tensor lo = rows_t4(NULL, c->dt, c->b, s, c->h, c->dv),
+              ll = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
+  sdpa_tensor ldq = rows_t4(NULL, c->dt, c->b, s, c->h, c->d),
+              ldk = rows_t4(NULL, c->dt, c->b, s, c->hk, c->d);
+  sdpa_tensor ldv = rows_t4(NULL, c->dt, c->b, s, c->hk, c->dv), ldl;
   rows_copy(&g.q, &lq, &sh, 1, 0);
   rows_copy(&g.k, &lk, &sh, 1, 0);
   rows_copy(&g.v, &lv, &sh, 1, 0);
   rows_copy(&g.dout, &ldo, &sh, 1, 0);
   memset(&ldl, 0, sizeof ldl);
   if (c->dlse) {
-    ldl = t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
+    ldl = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
     rows_copy(&g.dlse, &ldl, &sh, 2, 0);
   }
   sdpa_tensor q = dev_like(&lq, 1), k = dev_like(&lk, 1), v = dev_like(&lv, 1);
@@ -188,18 +179,11 @@ static int ring_run(dist_ctx *ctx, const dcase *c, int index, cudaStream_t strea
 
   sdpa_ring_fwd_desc f;
   sdpa_ring_fwd_init(&f);
-  f.attn.device = SDPA_DEVICE_CUDA;
+  rows_attn(&f.attn, SDPA_DEVICE_CUDA, q, k, v, c->causal, 0.f, c->softcap);
   f.attn.stream = stream;
-  f.attn.q = q, f.attn.k = k, f.attn.v = v;
-  f.attn.causal = c->causal;
-  f.attn.softcap = c->softcap;
+  rows_ring(&f.ring, ctx->rank, ctx->world, c->layout, c->s, c->check_peers);
   f.ring.nccl_comm = ctx->comm;
-  f.ring.rank = ctx->rank;
-  f.ring.world_size = ctx->world;
-  f.ring.layout = c->layout;
-  f.ring.seqlen = c->s;
   f.ring.comm_stream = comm_stream;
-  f.ring.check_peers = c->check_peers;
   f.out = out, f.lse = lse;
   int fails = 0;
   sdpa_status st = sdpa_ring_fwd(&f);
@@ -209,8 +193,7 @@ static int ring_run(dist_ctx *ctx, const dcase *c, int index, cudaStream_t strea
   sdpa_ring_bwd_init(&b);
   b.attn = f.attn;
   b.ring = f.ring;
-  b.out = out, b.lse = lse, b.dout = dout, b.dlse = dlse;
-  b.dq = dq, b.dk = dk, b.dv = dv;
+  ROWS_BWD_TENSORS(b, out, lse, dout, dlse, dq, dk, dv);
   b.deterministic = 1;
   if (st == SDPA_OK) {
     st = sdpa_ring_bwd(&b);
@@ -223,8 +206,8 @@ static int ring_run(dist_ctx *ctx, const dcase *c, int index, cudaStream_t strea
   download(&lo, &out), download(&ll, &lse), download(&ldq, &dq), download(&ldk, &dk);
   download(&ldv, &dv);
   if (!c->sampled && st == SDPA_OK) { /* deterministic: a second backward, bitwise the same */
-    sdpa_tensor h2 = t4(NULL, c->dt, c->b, s, c->h, c->d),
-                k2 = t4(NULL, c->dt, c->b, s, c->hk, c->d);
+    sdpa_tensor h2 = rows_t4(NULL, c->dt, c->b, s, c->h, c->d),
+                k2 = rows_t4(NULL, c->dt, c->b, s, c->hk, c->d);
     cudaMemset(dq.data, 0xff, (size_t)test_numel(&ldq) * sdpa_dtype_size(c->dt));
     cudaMemset(dk.data, 0xff, (size_t)test_numel(&ldk) * sdpa_dtype_size(c->dt));
     cudaDeviceSynchronize();
@@ -263,11 +246,11 @@ typedef gathered single; /* the same five tensors, in rank 0's memory */
 
 /* Single-GPU sdpa on the gathered sequence (this rank's device). */
 static int single_gpu(const dcase *c, const global_in *g, single *r, cudaStream_t stream) {
-  r->out = t4(NULL, c->dt, c->b, c->s, c->h, c->dv);
-  r->lse = t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
-  r->dq = t4(NULL, c->dt, c->b, c->s, c->h, c->d);
-  r->dk = t4(NULL, c->dt, c->b, c->s, c->hk, c->d);
-  r->dv = t4(NULL, c->dt, c->b, c->s, c->hk, c->dv);
+  r->out = rows_t4(NULL, c->dt, c->b, c->s, c->h, c->dv);
+  r->lse = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
+  r->dq = rows_t4(NULL, c->dt, c->b, c->s, c->h, c->d);
+  r->dk = rows_t4(NULL, c->dt, c->b, c->s, c->hk, c->d);
+  r->dv = rows_t4(NULL, c->dt, c->b, c->s, c->hk, c->dv);
   sdpa_tensor q = dev_like(&g->q, 1), k = dev_like(&g->k, 1), v = dev_like(&g->v, 1);
   sdpa_tensor dout = dev_like(&g->dout, 1), out = dev_like(&r->out, 0), lse = dev_like(&r->lse, 0);
   sdpa_tensor dq = dev_like(&r->dq, 0), dk = dev_like(&r->dk, 0), dv = dev_like(&r->dv, 0);
@@ -275,19 +258,15 @@ static int single_gpu(const dcase *c, const global_in *g, single *r, cudaStream_
   if (c->dlse) dlse = dev_like(&g->dlse, 1);
   sdpa_fwd_desc f;
   sdpa_fwd_init(&f);
-  f.attn.device = SDPA_DEVICE_CUDA;
+  rows_attn(&f.attn, SDPA_DEVICE_CUDA, q, k, v, c->causal, 0.f, c->softcap);
   f.attn.stream = stream;
-  f.attn.q = q, f.attn.k = k, f.attn.v = v;
-  f.attn.causal = c->causal;
-  f.attn.softcap = c->softcap;
   f.out = out, f.lse = lse;
   sdpa_status st = sdpa_fwd(&f);
   int ok = TEST_EXPECT(st == SDPA_OK, "%s: single-GPU sdpa_fwd: %s", c->name, sdpa_last_error());
   sdpa_bwd_desc b;
   sdpa_bwd_init(&b);
   b.attn = f.attn;
-  b.out = out, b.lse = lse, b.dout = dout, b.dlse = dlse;
-  b.dq = dq, b.dk = dk, b.dv = dv;
+  ROWS_BWD_TENSORS(b, out, lse, dout, dlse, dq, dk, dv);
   b.deterministic = 1;
   st = sdpa_bwd(&b);
   ok &= TEST_EXPECT(st == SDPA_OK, "%s: single-GPU sdpa_bwd: %s", c->name, sdpa_last_error());
@@ -304,26 +283,12 @@ static void free_single(single *r) {
   test_free(&r->out), test_free(&r->lse), test_free(&r->dq), test_free(&r->dk), test_free(&r->dv);
 }
 
-static double max_diff(const sdpa_tensor *a, const sdpa_tensor *b) {
-  double m = 0.0;
-  for (int64_t e = 0; e < test_numel(a); ++e) {
-    const double x = test_get(a, e), y = test_get(b, e);
-    if (isinf(x) && x == y) continue;
-    const double d = fabs(x - y);
-    if (!(d <= m)) m = d;
-  }
-  return m;
-}
-
 /* The problem on host tensors (the oracle reads sdpa_problem). */
 static void host_problems(const dcase *c, const global_in *g, const sdpa_tensor *out,
                           const sdpa_tensor *lse, sdpa_problem *pf, sdpa_problem *pb) {
   sdpa_fwd_desc f;
   sdpa_fwd_init(&f);
-  f.attn.device = SDPA_DEVICE_CPU;
-  f.attn.q = g->q, f.attn.k = g->k, f.attn.v = g->v;
-  f.attn.causal = c->causal;
-  f.attn.softcap = c->softcap;
+  rows_attn(&f.attn, SDPA_DEVICE_CPU, g->q, g->k, g->v, c->causal, 0.f, c->softcap);
   f.out = *out, f.lse = *lse;
   sdpa_validate_fwd(&f, pf);
   sdpa_bwd_desc b;
@@ -372,7 +337,7 @@ static void check_full(const dcase *c, const global_in *g, const gathered *rg, c
 
 /* Rows [i0, i0 + m) of a [1, s, h, x] tensor as a tensor of their own. */
 static sdpa_tensor take_rows(const sdpa_tensor *t, int64_t i0, int64_t m) {
-  sdpa_tensor r = t4(NULL, t->dtype, 1, m, t->shape[2], t->shape[3]);
+  sdpa_tensor r = rows_t4(NULL, t->dtype, 1, m, t->shape[2], t->shape[3]);
   const size_t row = (size_t)(t->shape[2] * t->shape[3]) * sdpa_dtype_size(t->dtype);
   memcpy(r.data, (const char *)t->data + (size_t)i0 * row, (size_t)m * row);
   return r;
@@ -391,7 +356,7 @@ static void check_sampled(const dcase *c, const global_in *g, const gathered *rg
                      take_rows(&g->dout, i0, m), g->dlse};
     memset(&sub.dlse, 0, sizeof sub.dlse);
     sdpa_tensor o = take_rows(&rg->out, i0, m), gq = take_rows(&rg->dq, i0, m);
-    sdpa_tensor l = t3(NULL, SDPA_DTYPE_F32, 1, c->h, m);
+    sdpa_tensor l = rows_t3(NULL, SDPA_DTYPE_F32, 1, c->h, m);
     for (int64_t hh = 0; hh < c->h; ++hh)
       memcpy((float *)l.data + hh * m, (const float *)rg->lse.data + hh * c->s + i0,
              sizeof(float) * (size_t)m);
@@ -458,8 +423,9 @@ static int rank0_checks(dist_ctx *ctx, const dcase *c, int index, cudaStream_t s
     else
       check_full(c, &g, &rg, &sg);
     printf("   max |ring - single-GPU sdpa|: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n",
-           max_diff(&rg.out, &sg.out), max_diff(&rg.lse, &sg.lse), max_diff(&rg.dq, &sg.dq),
-           max_diff(&rg.dk, &sg.dk), max_diff(&rg.dv, &sg.dv));
+           rows_max_diff(&rg.out, &sg.out), rows_max_diff(&rg.lse, &sg.lse),
+           rows_max_diff(&rg.dq, &sg.dq), rows_max_diff(&rg.dk, &sg.dk),
+           rows_max_diff(&rg.dv, &sg.dv));
   }
   free_single(&sg);
   free_inputs(&g);
@@ -472,7 +438,7 @@ static void refusal(dist_ctx *ctx, cudaStream_t stream, int kind) {
   const int64_t s_total = 64 * ctx->world;
   sdpa_ring_shard_t sh;
   sdpa_ring_shard_of(s_total, ctx->world, SDPA_RING_ZIGZAG, ctx->rank, &sh);
-  sdpa_tensor hq = t4(NULL, SDPA_DTYPE_BF16, 1, sh.len, 2, 64);
+  sdpa_tensor hq = rows_t4(NULL, SDPA_DTYPE_BF16, 1, sh.len, 2, 64);
   test_rng rng;
   test_rng_init(&rng, 7);
   test_fill_normal(&hq, &rng, 1.0);

@@ -94,17 +94,6 @@ static void plan_checks(void) {
 
 /* ---- ring cases ---------------------------------------------------------------------- */
 
-static double max_diff(const sdpa_tensor *a, const sdpa_tensor *b) {
-  double m = 0.0;
-  for (int64_t e = 0; e < test_numel(a); ++e) {
-    const double x = test_get(a, e), y = test_get(b, e);
-    if (isinf(x) && x == y) continue;
-    const double d = fabs(x - y);
-    if (!(d <= m)) m = d; /* NaN wins */
-  }
-  return m;
-}
-
 typedef struct rcase {
   const char *name;
   int world;
@@ -133,61 +122,53 @@ static void *poisoned_ws(size_t bytes, void **raw) {
   return p;
 }
 
+/* With give_ws: the descriptor's workspace fields (ws, ws_size) set to a
+ * poisoned one of the size the query answered (st, *bytes); st passes on. */
+static sdpa_status give_ws(sdpa_status st, const size_t *bytes, void **ws, size_t *ws_size,
+                           void **raw) {
+  if (st == SDPA_OK) *ws = poisoned_ws(*bytes, raw), *ws_size = *bytes;
+  return st;
+}
+
+/* One pass of the rank over its transport: the backward where b is given. */
+static sdpa_status rank_pass(const rank_job *j, const sdpa_ring_fwd_desc *f,
+                             const sdpa_ring_bwd_desc *b) {
+  sdpa_ring_ops ops;
+  sdpa_ring_cpu_ops(&ops);
+  const sdpa_ring_pass p = b ? sdpa_ring_bwd_pass(b) : sdpa_ring_fwd_pass(f);
+  return sdpa_ring_run(&p, j->tp, &ops, SDPA_OK);
+}
+
 static void *rank_main(void *arg) {
   rank_job *j = (rank_job *)arg;
   const rcase *c = j->c;
-  sdpa_ring_ops ops;
-  sdpa_ring_cpu_ops(&ops);
   sdpa_ring_fwd_desc f;
   sdpa_ring_fwd_init(&f);
-  f.attn.device = SDPA_DEVICE_CPU;
+  rows_attn(&f.attn, SDPA_DEVICE_CPU, j->q, j->k, j->v, c->causal, c->scale, c->softcap);
   f.attn.num_threads = 1;
-  f.attn.q = j->q;
-  f.attn.k = j->k;
-  f.attn.v = j->v;
-  f.attn.causal = c->causal;
-  f.attn.scale = c->scale;
-  f.attn.softcap = c->softcap;
-  f.ring.rank = j->rank;
-  f.ring.world_size = c->world;
-  f.ring.layout = c->layout;
-  f.ring.seqlen = c->s;
-  f.ring.check_peers = c->check_peers;
+  rows_ring(&f.ring, j->rank, c->world, c->layout, c->s, c->check_peers);
   f.out = j->out;
   f.lse = j->lse;
   void *raw_f = NULL, *raw_b = NULL;
-  if (c->give_ws) {
-    size_t bytes = 0;
-    j->st_f = sdpa_ring_fwd_workspace_size(&f, &bytes);
-    if (j->st_f != SDPA_OK) goto fail_f;
-    f.workspace = poisoned_ws(bytes, &raw_f);
-    f.workspace_size = bytes;
-  }
-  const sdpa_ring_pass pf = sdpa_ring_fwd_pass(&f);
-  j->st_f = sdpa_ring_run(&pf, j->tp, &ops, SDPA_OK);
+  size_t bytes = 0;
+  j->st_f = SDPA_OK;
+  if (c->give_ws)
+    j->st_f = give_ws(sdpa_ring_fwd_workspace_size(&f, &bytes), &bytes, &f.workspace,
+                      &f.workspace_size, &raw_f);
+  if (j->st_f == SDPA_OK) j->st_f = rank_pass(j, &f, NULL);
   if (j->st_f != SDPA_OK) goto fail_f;
 
   sdpa_ring_bwd_desc b;
   sdpa_ring_bwd_init(&b);
   b.attn = f.attn;
   b.ring = f.ring;
-  b.out = j->out;
-  b.lse = j->lse;
-  b.dout = j->dout;
-  b.dq = j->dq;
-  b.dk = j->dk;
-  b.dv = j->dv;
-  b.dlse = j->dlse;
+  ROWS_BWD_TENSORS(b, j->out, j->lse, j->dout, j->dlse, j->dq, j->dk, j->dv);
   b.deterministic = 1;
-  if (c->give_ws) {
-    size_t bytes = 0;
-    j->st_b = sdpa_ring_bwd_workspace_size(&b, &bytes);
-    if (j->st_b != SDPA_OK) goto fail_b;
-    b.workspace = poisoned_ws(bytes, &raw_b);
-    b.workspace_size = bytes;
-  }
-  const sdpa_ring_pass pb = sdpa_ring_bwd_pass(&b);
-  j->st_b = sdpa_ring_run(&pb, j->tp, &ops, SDPA_OK);
+  j->st_b = SDPA_OK;
+  if (c->give_ws)
+    j->st_b = give_ws(sdpa_ring_bwd_workspace_size(&b, &bytes), &bytes, &b.workspace,
+                      &b.workspace_size, &raw_b);
+  if (j->st_b == SDPA_OK) j->st_b = rank_pass(j, NULL, &b);
   if (j->st_b != SDPA_OK) goto fail_b;
   free(raw_f);
   free(raw_b);
@@ -201,16 +182,6 @@ fail_b:
   return NULL;
 }
 
-static sdpa_tensor alloc4(sdpa_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d) {
-  const int64_t s[4] = {a, b, c, d};
-  return test_alloc(dt, 4, s);
-}
-
-static sdpa_tensor alloc3(sdpa_dtype dt, int64_t a, int64_t b, int64_t c) {
-  const int64_t s[3] = {a, b, c};
-  return test_alloc(dt, 3, s);
-}
-
 static void ring_case(const rcase *c) {
   printf("-- ring %s: world %d %s %s b%lld s%lld h%lld/%lld d%lld/%lld %s%s%s%s\n", c->name,
          c->world, c->layout == SDPA_RING_ZIGZAG ? "zigzag" : "contiguous",
@@ -218,13 +189,16 @@ static void ring_case(const rcase *c) {
          (long long)c->hk, (long long)c->d, (long long)c->dv, sdpa_dtype_string(c->dt),
          c->late ? " late-sends" : "", c->dlse ? " dlse" : "", c->give_ws ? " caller-ws" : "");
   const sdpa_dtype dt = c->dt;
-  sdpa_tensor q = alloc4(dt, c->b, c->s, c->h, c->d), k = alloc4(dt, c->b, c->s, c->hk, c->d);
-  sdpa_tensor v = alloc4(dt, c->b, c->s, c->hk, c->dv), dout = alloc4(dt, c->b, c->s, c->h, c->dv);
-  sdpa_tensor out = alloc4(dt, c->b, c->s, c->h, c->dv),
-              lse = alloc3(SDPA_DTYPE_F32, c->b, c->h, c->s);
-  sdpa_tensor dq = alloc4(dt, c->b, c->s, c->h, c->d), dk = alloc4(dt, c->b, c->s, c->hk, c->d);
-  sdpa_tensor dv = alloc4(dt, c->b, c->s, c->hk, c->dv);
-  sdpa_tensor dlse = c->dlse ? alloc3(SDPA_DTYPE_F32, c->b, c->h, c->s) : (sdpa_tensor){0};
+  sdpa_tensor q = rows_t4(NULL, dt, c->b, c->s, c->h, c->d),
+              k = rows_t4(NULL, dt, c->b, c->s, c->hk, c->d);
+  sdpa_tensor v = rows_t4(NULL, dt, c->b, c->s, c->hk, c->dv),
+              dout = rows_t4(NULL, dt, c->b, c->s, c->h, c->dv);
+  sdpa_tensor out = rows_t4(NULL, dt, c->b, c->s, c->h, c->dv),
+              lse = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
+  sdpa_tensor dq = rows_t4(NULL, dt, c->b, c->s, c->h, c->d),
+              dk = rows_t4(NULL, dt, c->b, c->s, c->hk, c->d);
+  sdpa_tensor dv = rows_t4(NULL, dt, c->b, c->s, c->hk, c->dv);
+  sdpa_tensor dlse = c->dlse ? rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s) : (sdpa_tensor){0};
   test_fill_normal(&q, &rng, 1.0);
   test_fill_normal(&k, &rng, 1.0);
   test_fill_normal(&v, &rng, 1.0);
@@ -234,20 +208,15 @@ static void ring_case(const rcase *c) {
   /* single-process sdpa on the whole sequence: the forward, then the backward */
   sdpa_fwd_desc fd;
   sdpa_fwd_init(&fd);
-  fd.attn.device = SDPA_DEVICE_CPU;
+  rows_attn(&fd.attn, SDPA_DEVICE_CPU, q, k, v, c->causal, c->scale, c->softcap);
   fd.attn.num_threads = 2;
-  fd.attn.q = q, fd.attn.k = k, fd.attn.v = v;
-  fd.attn.causal = c->causal;
-  fd.attn.scale = c->scale;
-  fd.attn.softcap = c->softcap;
   fd.out = out, fd.lse = lse;
   sdpa_status st = sdpa_fwd(&fd);
   TEST_EXPECT(st == SDPA_OK, "%s: single-process sdpa_fwd: %s", c->name, sdpa_last_error());
   sdpa_bwd_desc bd;
   sdpa_bwd_init(&bd);
   bd.attn = fd.attn;
-  bd.out = out, bd.lse = lse, bd.dout = dout, bd.dlse = dlse;
-  bd.dq = dq, bd.dk = dk, bd.dv = dv;
+  ROWS_BWD_TENSORS(bd, out, lse, dout, dlse, dq, dk, dv);
   st = sdpa_bwd(&bd);
   TEST_EXPECT(st == SDPA_OK, "%s: single-process sdpa_bwd: %s", c->name, sdpa_last_error());
 
@@ -284,17 +253,19 @@ static void ring_case(const rcase *c) {
     j->c = c;
     j->rank = rk;
     j->tp = loop_transport(w, rk);
-    j->q = alloc4(dt, c->b, s, c->h, c->d), j->k = alloc4(dt, c->b, s, c->hk, c->d);
-    j->v = alloc4(dt, c->b, s, c->hk, c->dv), j->dout = alloc4(dt, c->b, s, c->h, c->dv);
-    j->out = alloc4(dt, c->b, s, c->h, c->dv), j->lse = alloc3(SDPA_DTYPE_F32, c->b, c->h, s);
-    j->dq = alloc4(dt, c->b, s, c->h, c->d), j->dk = alloc4(dt, c->b, s, c->hk, c->d);
-    j->dv = alloc4(dt, c->b, s, c->hk, c->dv);
+    j->q = rows_t4(NULL, dt, c->b, s, c->h, c->d), j->k = rows_t4(NULL, dt, c->b, s, c->hk, c->d);
+    j->v = rows_t4(NULL, dt, c->b, s, c->hk, c->dv),
+    j->dout = rows_t4(NULL, dt, c->b, s, c->h, c->dv);
+    j->out = rows_t4(NULL, dt, c->b, s, c->h, c->dv),
+    j->lse = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
+    j->dq = rows_t4(NULL, dt, c->b, s, c->h, c->d), j->dk = rows_t4(NULL, dt, c->b, s, c->hk, c->d);
+    j->dv = rows_t4(NULL, dt, c->b, s, c->hk, c->dv);
     rows_copy(&q, &j->q, &sh[rk], 1, 0);
     rows_copy(&k, &j->k, &sh[rk], 1, 0);
     rows_copy(&v, &j->v, &sh[rk], 1, 0);
     rows_copy(&dout, &j->dout, &sh[rk], 1, 0);
     if (c->dlse) {
-      j->dlse = alloc3(SDPA_DTYPE_F32, c->b, c->h, s);
+      j->dlse = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, s);
       rows_copy(&dlse, &j->dlse, &sh[rk], 2, 0);
     }
   }
@@ -307,10 +278,11 @@ static void ring_case(const rcase *c) {
         sdpa_status_string(jobs[rk].st_f != SDPA_OK ? jobs[rk].st_f : jobs[rk].st_b), jobs[rk].msg);
   if (ran) {
     /* gathered: every global row from the rank that holds it */
-    sdpa_tensor go = alloc4(dt, c->b, c->s, c->h, c->dv),
-                gl = alloc3(SDPA_DTYPE_F32, c->b, c->h, c->s);
-    sdpa_tensor gq = alloc4(dt, c->b, c->s, c->h, c->d), gk = alloc4(dt, c->b, c->s, c->hk, c->d);
-    sdpa_tensor gv = alloc4(dt, c->b, c->s, c->hk, c->dv);
+    sdpa_tensor go = rows_t4(NULL, dt, c->b, c->s, c->h, c->dv),
+                gl = rows_t3(NULL, SDPA_DTYPE_F32, c->b, c->h, c->s);
+    sdpa_tensor gq = rows_t4(NULL, dt, c->b, c->s, c->h, c->d),
+                gk = rows_t4(NULL, dt, c->b, c->s, c->hk, c->d);
+    sdpa_tensor gv = rows_t4(NULL, dt, c->b, c->s, c->hk, c->dv);
     for (int rk = 0; rk < c->world; ++rk) {
       rows_copy(&jobs[rk].out, &go, &sh[rk], 1, 1);
       rows_copy(&jobs[rk].lse, &gl, &sh[rk], 2, 1);
@@ -327,8 +299,8 @@ static void ring_case(const rcase *c) {
     test_check_grad(c->name, "dk", &gk, r[0][3], r[1][3]);
     test_check_grad(c->name, "dv", &gv, r[0][4], r[1][4]);
     printf("   max |ring - single-process sdpa|: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n",
-           max_diff(&go, &out), max_diff(&gl, &lse), max_diff(&gq, &dq), max_diff(&gk, &dk),
-           max_diff(&gv, &dv));
+           rows_max_diff(&go, &out), rows_max_diff(&gl, &lse), rows_max_diff(&gq, &dq),
+           rows_max_diff(&gk, &dk), rows_max_diff(&gv, &dv));
     test_free(&go), test_free(&gl), test_free(&gq), test_free(&gk), test_free(&gv);
   }
   for (int rk = 0; rk < c->world; ++rk) {
@@ -377,28 +349,28 @@ typedef struct err_setup {
 
 static void err_alloc(err_setup *s) {
   for (int r = 0; r < 2; ++r) {
-    s->q[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->k[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->v[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->out[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->lse[r] = alloc3(SDPA_DTYPE_F32, 1, 2, 8);
-    s->dq[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->dk[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
-    s->dv[r] = alloc4(SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->q[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->k[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->v[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->out[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->lse[r] = rows_t3(NULL, SDPA_DTYPE_F32, 1, 2, 8);
+    s->dq[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->dk[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
+    s->dv[r] = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 2, 8);
     test_fill_normal(&s->q[r], &rng, 1.0);
     test_fill_normal(&s->k[r], &rng, 1.0);
     test_fill_normal(&s->v[r], &rng, 1.0);
     test_fill_normal(&s->out[r], &rng, 1.0);
     test_fill_uniform(&s->lse[r], &rng, 1.0, 2.0);
   }
-  s->k1 = alloc4(SDPA_DTYPE_F32, 1, 8, 1, 8);
-  s->v1 = alloc4(SDPA_DTYPE_F32, 1, 8, 1, 8);
+  s->k1 = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 1, 8);
+  s->v1 = rows_t4(NULL, SDPA_DTYPE_F32, 1, 8, 1, 8);
   test_fill_normal(&s->k1, &rng, 1.0);
   test_fill_normal(&s->v1, &rng, 1.0);
   const int64_t ks[4] = {1, 8, 2, 8};
   s->kpad = test_alloc_padded(SDPA_DTYPE_F32, 4, ks, 3);
   test_fill_normal(&s->kpad, &rng, 1.0);
-  s->qlong = alloc4(SDPA_DTYPE_F32, 1, 9, 2, 8);
+  s->qlong = rows_t4(NULL, SDPA_DTYPE_F32, 1, 9, 2, 8);
   test_fill_normal(&s->qlong, &rng, 1.0);
 }
 
@@ -424,20 +396,16 @@ static void err_case(const char *name, err_setup *s, int bwd, err_edit edit, sdp
     j->tp = loop_transport(w, r);
     j->bwd = bwd;
     sdpa_ring_fwd_init(&j->f);
-    j->f.attn.device = SDPA_DEVICE_CPU;
+    rows_attn(&j->f.attn, SDPA_DEVICE_CPU, s->q[r], s->k[r], s->v[r], 1, 0.f, 0.f);
     j->f.attn.num_threads = 1;
-    j->f.attn.q = s->q[r], j->f.attn.k = s->k[r], j->f.attn.v = s->v[r];
-    j->f.attn.causal = 1;
-    j->f.ring.rank = r;
-    j->f.ring.world_size = 2;
-    j->f.ring.seqlen = 16;
+    rows_ring(&j->f.ring, r, 2, SDPA_RING_ZIGZAG, 16, 1); /* sdpa_ring_fwd_init's layout, check */
     j->f.out = s->out[r];
     j->f.lse = s->lse[r];
     sdpa_ring_bwd_init(&j->b);
     j->b.attn = j->f.attn;
     j->b.ring = j->f.ring;
-    j->b.out = s->out[r], j->b.lse = s->lse[r], j->b.dout = s->out[r];
-    j->b.dq = s->dq[r], j->b.dk = s->dk[r], j->b.dv = s->dv[r];
+    ROWS_BWD_TENSORS(j->b, s->out[r], s->lse[r], s->out[r], (sdpa_tensor){0}, s->dq[r],
+                     s->dk[r], s->dv[r]);
     edit(j, s);
   }
   for (int r = 0; r < 2; ++r) pthread_create(&th[r], NULL, err_main, &jobs[r]);
@@ -566,8 +534,9 @@ static void public_calls(void) {
               "sdpa_ring_shard(10, 3, contiguous, 2)");
 
   /* the workspace query needs no communicator */
-  sdpa_tensor q = alloc4(SDPA_DTYPE_BF16, 1, 8, 4, 16), k = alloc4(SDPA_DTYPE_BF16, 1, 8, 2, 16);
-  sdpa_tensor out = alloc4(SDPA_DTYPE_BF16, 1, 8, 4, 16);
+  sdpa_tensor q = rows_t4(NULL, SDPA_DTYPE_BF16, 1, 8, 4, 16),
+              k = rows_t4(NULL, SDPA_DTYPE_BF16, 1, 8, 2, 16);
+  sdpa_tensor out = rows_t4(NULL, SDPA_DTYPE_BF16, 1, 8, 4, 16);
   sdpa_ring_fwd_init(&f);
   f.attn.device = SDPA_DEVICE_CPU;
   f.attn.q = q, f.attn.k = k, f.attn.v = k;

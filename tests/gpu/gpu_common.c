@@ -116,24 +116,30 @@ void *gpu_twin_ptr(const gpu_twins *w, const case_bufs *b, const void *p) {
   return (char *)w->dev[k] + ((const char *)p - (const char *)b->t[k].data);
 }
 
-static void twin_fields(const gpu_twins *w, const case_bufs *b, sdpa_tensor **f, int n) {
+void gpu_twin_fields(const gpu_twins *w, const case_bufs *b, sdpa_tensor **f, int n) {
   for (int k = 0; k < n; ++k)
     if (f[k]->data) f[k]->data = gpu_twin_ptr(w, b, f[k]->data);
 }
 
-sdpa_fwd_desc gpu_twins_fwd(const gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host) {
+/* attn on the device and its tensors (n fields in f) on the twins of b's
+ * buffers, uploaded into w: what both descriptors' twins do. */
+static void twin_desc(gpu_twins *w, const case_bufs *b, sdpa_attn *attn, sdpa_tensor **f, int n) {
+  gpu_twins_up(w, b);
+  attn->device = SDPA_DEVICE_CUDA;
+  gpu_twin_fields(w, b, f, n);
+}
+
+sdpa_fwd_desc gpu_twins_fwd(gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host) {
   sdpa_fwd_desc d = *host;
   sdpa_tensor *f[32];
-  d.attn.device = SDPA_DEVICE_CUDA;
-  twin_fields(w, b, f, case_fwd_fields(&d, f));
+  twin_desc(w, b, &d.attn, f, case_fwd_fields(&d, f));
   return d;
 }
 
-sdpa_bwd_desc gpu_twins_bwd(const gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host) {
+sdpa_bwd_desc gpu_twins_bwd(gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host) {
   sdpa_bwd_desc d = *host;
   sdpa_tensor *f[32];
-  d.attn.device = SDPA_DEVICE_CUDA;
-  twin_fields(w, b, f, case_bwd_fields(&d, f));
+  twin_desc(w, b, &d.attn, f, case_bwd_fields(&d, f));
   return d;
 }
 

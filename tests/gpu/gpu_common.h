@@ -51,11 +51,14 @@ typedef struct gpu_twins {
 } gpu_twins;
 /* Uploads every buffer of b. */
 void gpu_twins_up(gpu_twins *w, const case_bufs *b);
-/* host with SDPA_DEVICE_CUDA and every tensor on its twin. */
-sdpa_fwd_desc gpu_twins_fwd(const gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host);
-sdpa_bwd_desc gpu_twins_bwd(const gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host);
+/* Uploads every buffer of b (gpu_twins_up) and returns host with
+ * SDPA_DEVICE_CUDA and every tensor on its twin. */
+sdpa_fwd_desc gpu_twins_fwd(gpu_twins *w, const case_bufs *b, const sdpa_fwd_desc *host);
+sdpa_bwd_desc gpu_twins_bwd(gpu_twins *w, const case_bufs *b, const sdpa_bwd_desc *host);
 /* The device address of host address p (inside one of b's buffers). */
 void *gpu_twin_ptr(const gpu_twins *w, const case_bufs *b, const void *p);
+/* Every non-NULL tensor of f[0..n) moved onto its twin. */
+void gpu_twin_fields(const gpu_twins *w, const case_bufs *b, sdpa_tensor **f, int n);
 /* Brings back the outputs (b->out) or every buffer (all). */
 void gpu_twins_down(const gpu_twins *w, case_bufs *b, int all);
 void gpu_twins_free(gpu_twins *w);

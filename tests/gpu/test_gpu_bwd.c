@@ -136,7 +136,6 @@ static void call_bias_row(const bwd_tcase *c, sdpa_bwd_desc *dev) {
 /* bwd_cuda_fn: upload, the call of the case's kind, download the gradients. */
 static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b) {
   gpu_twins w;
-  gpu_twins_up(&w, b);
   sdpa_bwd_desc dev = gpu_twins_bwd(&w, b, host);
   int ok = 0;
   if (c->kind == BWD_REFUSE) {

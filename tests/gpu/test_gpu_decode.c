@@ -159,7 +159,6 @@ static void sweep(const dec_case *c, sdpa_fwd_desc *dev, const sdpa_fwd_desc *ho
 /* dec_cuda_fn: upload, the call of the case's kind, download every buffer. */
 static int cuda_decode(const dec_case *c, const sdpa_fwd_desc *host, case_bufs *b) {
   gpu_twins w;
-  gpu_twins_up(&w, b);
   sdpa_fwd_desc dev = gpu_twins_fwd(&w, b, host);
   int ok = 0;
   if (c->kind == DEC_EXPLAIN) {
@@ -194,8 +193,7 @@ static int cuda_merge(const sdpa_merge_desc *host, case_bufs *b) {
   sdpa_merge_desc m = *host;
   m.device = SDPA_DEVICE_CUDA;
   sdpa_tensor *f[4] = {&m.out_parts, &m.lse_parts, &m.out, &m.lse};
-  for (int k = 0; k < 4; ++k)
-    if (f[k]->data) f[k]->data = gpu_twin_ptr(&w, b, f[k]->data);
+  gpu_twin_fields(&w, b, f, 4);
   const sdpa_status st = sdpa_merge_states(&m);
   CUDA_OK(cudaDeviceSynchronize());
   const int ok = TEST_EXPECT(st == SDPA_OK, "merge_states on CUDA: %s", sdpa_last_error());

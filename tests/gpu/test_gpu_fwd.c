@@ -101,7 +101,6 @@ static int call_refused(const fwd_case *c, const sdpa_fwd_desc *dev) {
 /* fwd_cuda_fn: upload, the call of the case's kind, download. */
 static int cuda_fwd(const fwd_case *c, const sdpa_fwd_desc *host, case_bufs *b) {
   gpu_twins w;
-  gpu_twins_up(&w, b);
   sdpa_fwd_desc dev = gpu_twins_fwd(&w, b, host);
   int ok;
   if (c->kind == FWD_REFUSE) {

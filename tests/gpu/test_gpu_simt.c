@@ -469,7 +469,6 @@ static int run_bwd(const scase *c) {
   }
   const int64_t n[3] = {f.nq * c->h * c->d, f.nk * c->hk * c->d, f.nk * c->hk * c->dv};
   const int64_t nfull = c->b * c->h * c->sq * c->sk;
-  const int64_t ndb = f.bshape[0] * f.bshape[1] * f.bshape[2] * f.bshape[3];
   double *r[2][4], *rdb[2] = {NULL, NULL};
   for (int l = 0; l < 2; ++l) {
     for (int e = 0; e < 3; ++e) r[l][e] = dalloc(n[e]);
@@ -480,17 +479,7 @@ static int run_bwd(const scase *c) {
     }
     if (!c->dbias) continue;
     /* the oracle's full dbias summed over the broadcast dims */
-    rdb[l] = calloc((size_t)(ndb > 0 ? ndb : 1), sizeof(double));
-    const int64_t *bs = f.bshape;
-    for (int64_t b = 0; b < c->b; ++b)
-      for (int64_t hh = 0; hh < c->h; ++hh)
-        for (int64_t i = 0; i < c->sq; ++i)
-          for (int64_t j = 0; j < c->sk; ++j) {
-            const int64_t bo = bs[0] == 1 ? 0 : b, ho = bs[1] == 1 ? 0 : hh;
-            const int64_t io = bs[2] == 1 ? 0 : i;
-            rdb[l][((bo * bs[1] + ho) * bs[2] + io) * c->sk + j] +=
-                r[l][3][((b * c->h + hh) * c->sq + i) * c->sk + j];
-          }
+    rdb[l] = case_reduce_dbias(r[l][3], c->b, c->h, c->sq, c->sk, f.bshape);
   }
 
   env_up(&f.E);

@@ -6,7 +6,6 @@ Tolerance (as the C harness): max |got - ref| <= 2 * max |lowp - ref| + atol,
 lowp being the reference with p and out rounded to the storage dtype."""
 import ctypes
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ np = pytest.importorskip("numpy")
 import sdpa  # noqa: E402
 from sdpa import SdpaError  # noqa: E402
 import reference as R  # noqa: E402
+from abi_layout import assert_abi_layout  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -468,31 +468,9 @@ def test_import_without_torch_and_numpy():
 @pytest.mark.nolib
 def test_abi_layout():
     """Every size and field offset of the ctypes mirror equals the C compiler's."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-    header = os.path.join(REPO, "include", "sdpa.h")
-    if not cc or not os.path.exists(header):
-        pytest.skip("no C compiler or no header")
     from sdpa import _lib as L
-    structs = [L.sdpa_tensor, L.sdpa_attn, L.sdpa_fwd_desc, L.sdpa_bwd_desc, L.sdpa_merge_desc,
-               L.sdpa_kernel_info]
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "sdpa.h"', "int main(void) {"]
-    want = []
-    for s in structs:
-        lines.append('printf("%%zu\\n", sizeof(%s));' % s.__name__)
-        want.append(ctypes.sizeof(s))
-        for f, _ in s._fields_:
-            lines.append('printf("%%zu\\n", offsetof(%s, %s));' % (s.__name__, f))
-            want.append(getattr(s, f).offset)
-    lines.append("return 0; }")
-    import tempfile
-    with tempfile.TemporaryDirectory() as t:
-        src, exe = os.path.join(t, "abi.c"), os.path.join(t, "abi")
-        with open(src, "w") as f:
-            f.write("\n".join(lines))
-        subprocess.run([cc, "-I", os.path.dirname(header), src, "-o", exe], check=True)
-        got = [int(x) for x in subprocess.run([exe], capture_output=True, text=True,
-                                              check=True).stdout.split()]
-    assert got == want
+    assert_abi_layout("sdpa.h", [L.sdpa_tensor, L.sdpa_attn, L.sdpa_fwd_desc, L.sdpa_bwd_desc,
+                                 L.sdpa_merge_desc, L.sdpa_kernel_info])
 
 
 # ---- the per-call fast paths (host cost): packed tensors, the descriptor template ----------------

@@ -5,19 +5,14 @@ k, v against single-GPU sdpa on the gathered sequence.
 
 Tolerance (test_gpu.py's rule with single-GPU sdpa as the low-precision yardstick):
 max |ring - ref64| <= 2 * max |single - ref64| + atol, ref64 the float64 reference."""
-import ctypes
 import os
-import shutil
-import subprocess
 import tempfile
 
 import pytest
 
 import sdpa
 from sdpa import SdpaError
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+from abi_layout import assert_abi_layout
 
 
 def _lib_ok():
@@ -35,30 +30,8 @@ needs_lib = pytest.mark.skipif(not _lib_ok(), reason="libsdpa not loadable")
 
 def test_ring_abi_layout():
     """Every size and field offset of the ring's ctypes mirror equals the C compiler's."""
-    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
-    header = os.path.join(REPO, "include", "sdpa_ring.h")
-    if not cc or not os.path.exists(header):
-        pytest.skip("no C compiler or no header")
     from sdpa import distributed as D
-    structs = [D.sdpa_ring, D.sdpa_ring_fwd_desc, D.sdpa_ring_bwd_desc]
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "sdpa_ring.h"',
-             "int main(void) {"]
-    want = []
-    for s in structs:
-        lines.append('printf("%%zu\\n", sizeof(%s));' % s.__name__)
-        want.append(ctypes.sizeof(s))
-        for f, _ in s._fields_:
-            lines.append('printf("%%zu\\n", offsetof(%s, %s));' % (s.__name__, f))
-            want.append(getattr(s, f).offset)
-    lines.append("return 0; }")
-    with tempfile.TemporaryDirectory() as t:
-        src, exe = os.path.join(t, "abi.c"), os.path.join(t, "abi")
-        with open(src, "w") as f:
-            f.write("\n".join(lines))
-        subprocess.run([cc, "-I", os.path.dirname(header), src, "-o", exe], check=True)
-        got = [int(x) for x in subprocess.run([exe], capture_output=True, text=True,
-                                              check=True).stdout.split()]
-    assert got == want
+    assert_abi_layout("sdpa_ring.h", [D.sdpa_ring, D.sdpa_ring_fwd_desc, D.sdpa_ring_bwd_desc])
 
 
 @needs_lib
