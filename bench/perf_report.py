@@ -544,9 +544,10 @@ def render_build(files):
             def mib(x):
                 return "-" if not isinstance(x, (int, float)) else f"{x / 2**20:.1f}"
             rows.append([fmt(archs), mib(r.get("libsdpa_so_bytes")), mib(r.get("wheel_bytes")),
-                         fmt(r.get("build_seconds"), "num"), fmt(r.get("cores"))])
-        out.append(table(["archs", "libsdpa.so [MiB]", "wheel [MiB]", "build time [s]", "cores"],
-                         rows) if rows else "No records.")
+                         fmt(r.get("build_seconds"), "num"), fmt(r.get("cores")),
+                         fmt(r.get("note"))])
+        out.append(table(["archs", "libsdpa.so [MiB]", "wheel [MiB]", "build time [s]", "cores",
+                          "what"], rows) if rows else "No records.")
         out.append("")
     return "\n".join(out).rstrip()
 
