@@ -33,7 +33,7 @@ import math
 import sys
 import time
 
-from common import cuda_time_ms, render_markdown, write_results
+from common import cuda_time_ms, flops, render_markdown, write_results
 
 import torch
 import torch.nn.functional as F
@@ -44,13 +44,6 @@ import sdpa
 TORCH_BACKENDS = {"torch_flash": SDPBackend.FLASH_ATTENTION,
                   "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
                   "torch_efficient": SDPBackend.EFFICIENT_ATTENTION}
-
-
-def flops(op, b, h, s_q, s_k, d, causal):
-    f = 4.0 * b * h * s_q * s_k * d
-    if causal:
-        f /= 2
-    return f * (2.5 if op.startswith("bwd") else 1.0)
 
 
 def tflops(fl, fn, label, timer=cuda_time_ms):

@@ -8,7 +8,6 @@ Builds a fresh CMake folder as the README's first command does (configure, then
 with --wheel also `pip wheel .` (its own fresh build) and the wheel's size. Run
 it on an otherwise idle machine: the time is wall-clock."""
 import argparse
-import datetime
 import glob
 import json
 import os
@@ -17,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,14 +53,11 @@ def main():
         rec["wheel"] = os.path.basename(whl)
         rec["wheel_bytes"] = os.path.getsize(whl)
     shutil.rmtree(tmp, ignore_errors=True)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or None
-    date = datetime.date.today().isoformat()
-    doc = {"host": args.host, "commit": commit, "date": date,
-           "command": "python3 bench/build_record.py " + " ".join(sys.argv[1:]), "records": [rec]}
-    out = os.path.join(ROOT, "bench", "results", f"{date}-{args.host}-build.json")
-    with open(out, "w") as f:
-        json.dump(doc, f, indent=1)
+    out = common.write_results(args.host, [rec], suffix="-build",
+                               extra={"command": "python3 bench/build_record.py " +
+                                      " ".join(sys.argv[1:])})
+    with open(out) as f:
+        doc = json.load(f)
     print(json.dumps(doc, indent=1))
     print("wrote", out)
 

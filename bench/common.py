@@ -60,6 +60,15 @@ def write_results(gpu, records, suffix="", extra=None):
     return path
 
 
+def flops(op, b, h, s_q, s_k, d, causal):
+    """An attention call's FLOPs: 4 b h s_q s_k d, halved when causal; the backward
+    (op "bwd...") 2.5 times the forward."""
+    f = 4.0 * b * h * s_q * s_k * d
+    if causal:
+        f /= 2
+    return f * (2.5 if op.startswith("bwd") else 1.0)
+
+
 def cuda_time_ms(fn, warmup=3, reps=10, trials=7):
     import torch
     for _ in range(warmup):

@@ -48,11 +48,6 @@ def parse():
     return p.parse_args()
 
 
-def flops(op, b, h, s, d):
-    f = 4.0 * b * h * s * s * d / 2  # causal
-    return f * (2.5 if op == "bwd" else 1.0)
-
-
 def time_ms(fn, args):
     return common.cuda_time_ms(fn, warmup=1, reps=args.reps, trials=args.trials)
 
@@ -193,7 +188,7 @@ def worker(rank, world, init_file, args, out):
                 dist.all_reduce(mx, op=dist.ReduceOp.MAX)
                 dist.all_reduce(mean, op=dist.ReduceOp.SUM)
                 mean /= world
-                per_gpu = flops(op, args.b, args.h, s, args.d) / world
+                per_gpu = common.flops(op, args.b, args.h, s, s, args.d, True) / world
                 tf = lambda ms: None if ms != ms else round(per_gpu / (ms * 1e-3) / 1e12, 1)
                 ms_ring, ms_checked, ms_local, ms_cp = mx[0].item(), mx[1].item(), \
                     mean[2].item(), mx[3].item()

@@ -219,8 +219,11 @@ def _out_shapes(q, v, varlen):
     return (b, s_q, h, d_v), (b, h, s_q)
 
 
-def _probs_shape(q, k):
-    """Shape of probs, [b, h, s_q, s_k] (the dense layout only)."""
+def _probs_shape(q, k, cu_seqlens_q=None, max_seqlen_q=0, max_seqlen_k=0):
+    """Shape of probs: dense [b, h, s_q, s_k]; varlen [b, h, max_seqlen_q, max_seqlen_k]
+    (b from cu_seqlens_q's length: also under torch's fake tensors)."""
+    if cu_seqlens_q is not None:
+        return (cu_seqlens_q.shape[0] - 1, q.shape[-2], int(max_seqlen_q), int(max_seqlen_k))
     return (q.shape[0], q.shape[-2], q.shape[1], k.shape[1])
 
 
@@ -268,9 +271,13 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
                 raise SdpaError(_lib.SDPA_ERR_NOT_SUPPORTED,
                                 "return_probs: the dense and varlen layouts only (no "
                                 "cache_seqlens)")
-            if varlen:  # [b, h, max_seqlen_q, max_seqlen_k]; past a sequence's lengths: 0
-                mq, mk = _varlen_maxima(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-                probs = T.zeros(q, (len(cu_seqlens_q) - 1, q.shape[-2], mq, mk), "float32")
+            if varlen:  # past a sequence's lengths: 0
+                # the maxima _fill_attn resolved (CUDA), else from the prefix sums
+                cu_q = T.as_array(cu_seqlens_q, "cu_seqlens_q")
+                mq = d.attn.max_seqlen_q or _seqlen_max(T.to_int32(cu_q))
+                mk = d.attn.max_seqlen_k or _seqlen_max(
+                    T.to_int32(T.as_array(cu_seqlens_k, "cu_seqlens_k")))
+                probs = T.zeros(q, _probs_shape(q, k, cu_q, mq, mk), "float32")
             else:
                 probs = T.empty(q, _probs_shape(q, k), "float32")
         else:
@@ -289,13 +296,6 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     if num_splits:
         d.num_splits = int(num_splits)
     return d, c, out, lse, probs
-
-
-def _varlen_maxima(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """(max_seqlen_q, max_seqlen_k) as given, else from the prefix sums."""
-    mq = int(max_seqlen_q or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_q, "cu_seqlens_q")))
-    mk = int(max_seqlen_k or 0) or _seqlen_max(T.to_int32(T.as_array(cu_seqlens_k, "cu_seqlens_k")))
-    return mq, mk
 
 
 def _capture_workspace(size_fn, desc, dev, torch):

@@ -12,11 +12,12 @@ causal is bottom-right aligned (flash_attn >= 2.1). Layouts: q [b, s, h, d]
 (varlen [total, h, d]); GQA by giving k/v fewer heads.
 
 Differences from flash_attn:
-- S_dmask is in flash_attn's form for dense calls (f32 [b, h, s_q, s_k], not
-  rounded up): exp(s - m) with m the running row maximum over key blocks of
+- S_dmask is in flash_attn's form (f32 [b, h, s_q, s_k], varlen [b, h,
+  max_seqlen_q, max_seqlen_k] zero past each sequence; not rounded up):
+  exp(s - m) with m the running row maximum over key blocks of
   _get_block_size_n(...) columns taken from the last block down, dropped
   entries negated; normalize_flash_attn_S-style code recovers the
-  probabilities. It is derived from sdpa's probs and lse. None for varlen.
+  probabilities. It is derived from sdpa's probs and lse.
 - dropout seeds are drawn from torch's default (CPU) generator per call
   (torch.manual_seed makes runs reproducible); the backward reuses them.
 - flash_attn_with_kvcache: rotary_cos / rotary_sin may be f32 or q's dtype

@@ -162,9 +162,10 @@ def kvcache_attention(q, k_cache, v_cache, cache_seqlens, *, k_new=None, v_new=N
         return _kvcache_impl(*args)
 
 
-def _fwd_shapes(q, k, v, cu_seqlens_q, return_probs):
+def _fwd_shapes(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_probs):
     out, lse = _core._out_shapes(q, v, cu_seqlens_q is not None)
-    probs = _core._probs_shape(q, k) if return_probs else (0,)
+    probs = (_core._probs_shape(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k) if return_probs
+             else (0,))
     return out, lse, probs
 
 
@@ -191,7 +192,7 @@ if HAVE_CUSTOM_OP:
                        max_seqlen_q, max_seqlen_k, scale, softcap, causal, align, window_left,
                        window_right, dropout_p, seed, offset, return_probs, num_threads, kernel,
                        deterministic):
-        so, sl, sp = _fwd_shapes(q, k, v, cu_seqlens_q, return_probs)
+        so, sl, sp = _fwd_shapes(q, k, v, cu_seqlens_q, max_seqlen_q, max_seqlen_k, return_probs)
         return (q.new_empty(so), q.new_empty(sl, dtype=torch.float32),
                 q.new_empty(sp, dtype=torch.float32))
 

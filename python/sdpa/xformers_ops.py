@@ -173,7 +173,7 @@ def _paged_keys(bias, q, k, v, kw, gather):
     into plain varlen keys (kw loses block_table), since sdpa's paged keys
     are forward only."""
     if gather is None:
-        gather = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+        gather = _core._needs_grad((q, k, v))
     if gather:
         rows = bias._key_rows(k.device)
         del kw["block_table"]

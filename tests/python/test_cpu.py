@@ -704,6 +704,15 @@ def test_torch_opcheck():
     args = (q, k, v, bias, None, None, None, None, 0, 0, 0.0, 0.0, True, 0, -1, -1, 0.0, 0, 0,
             False, 0, "", False)
     torch.library.opcheck(torch.ops.sdpa.fwd.default, args)
+    # varlen with probs: the fake kernel's probs is [b, h, max_seqlen_q, max_seqlen_k] too
+    qv = torch.randn(9, 2, 8, requires_grad=True)
+    kv = torch.randn(11, 1, 8, requires_grad=True)
+    vv = torch.randn(11, 1, 8, requires_grad=True)
+    cu_q = torch.tensor([0, 4, 9], dtype=torch.int32)
+    cu_k = torch.tensor([0, 7, 11], dtype=torch.int32)
+    args = (qv, kv, vv, None, None, cu_q, cu_k, None, 5, 7, 0.0, 0.0, True, 0, -1, -1, 0.0, 0,
+            0, True, 0, "", False)
+    torch.library.opcheck(torch.ops.sdpa.fwd.default, args)
 
 
 def test_torch_compile_aot_eager():
