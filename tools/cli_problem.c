@@ -71,7 +71,7 @@ static void fill_normal(cli_tensor *x, uint64_t seed, uint64_t stream, int nthre
 static int alloc(cli_tensor *x, sdpa_dtype dtype, int rank, int64_t s0, int64_t s1, int64_t s2,
                  int64_t s3) {
   int64_t shape[4] = {s0, s1, s2, s3};
-  int64_t n = 1, bytes;
+  int64_t n = 1, bytes = (int64_t)sdpa_dtype_size(dtype);
   for (int i = 0; i < rank; ++i) {
     /* the library's limits, said as such (not as a failed allocation) */
     if (shape[i] > INT64_C(2147483647) || __builtin_mul_overflow(n, shape[i], &n) ||
@@ -82,7 +82,7 @@ static int alloc(cli_tensor *x, sdpa_dtype dtype, int rank, int64_t s0, int64_t 
       return CLI_USAGE;
     }
   }
-  x->bytes = (size_t)n * sdpa_dtype_size(dtype);
+  x->bytes = (size_t)bytes;
   void *p = malloc(x->bytes ? x->bytes : 1);
   if (!p) {
     fprintf(stderr, "sdpa: out of host memory (%zu bytes)\n", x->bytes);

@@ -194,12 +194,9 @@ static void ring_close(ring_call *c) {
   if (c->saved_device >= 0) cudaSetDevice(c->saved_device);
 }
 
-/* The tensors live on the communicator's device (a refusal the peers hear of). */
+/* The tensors live on the communicator's device (a refusal the peers hear of;
+ * attn.device itself is sdpa_ring_check's). */
 static sdpa_status check_device(const sdpa_attn *a, const ring_call *c) {
-  if (a->device != SDPA_DEVICE_CUDA)
-    return sdpa_fail(a->device == SDPA_DEVICE_CPU ? SDPA_ERR_NOT_SUPPORTED : INV,
-                     "attn.device = %d: expected SDPA_DEVICE_CUDA (the ring runs over NCCL"
-                     " between GPUs)", (int)a->device);
   int dev = 0;
   c->api->CommCuDevice(c->tp.comm, &dev);
   struct cudaPointerAttributes at;

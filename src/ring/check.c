@@ -204,12 +204,6 @@ static const char *const h_name[H_OK] = {
     "attn.v.shape[3] (d_v)", "attn.q.dtype", "attn.causal", "attn.scale (0 resolved to 1/sqrt(d))",
     "attn.softcap"};
 
-static int64_t float_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return (int64_t)u;
-}
-
 static void h_value(int f, int64_t v, char *buf, size_t n) {
   if (f == H_OP) {
     snprintf(buf, n, "%s", v == SDPA_RING_OP_FWD ? "sdpa_ring_fwd" : "sdpa_ring_bwd");
@@ -218,10 +212,7 @@ static void h_value(int f, int64_t v, char *buf, size_t n) {
   } else if (f == H_LAYOUT) {
     snprintf(buf, n, "%s", layout_name((sdpa_ring_layout)v));
   } else if (f == H_SCALE || f == H_SOFTCAP) {
-    uint32_t u = (uint32_t)v;
-    float x;
-    memcpy(&x, &u, 4);
-    snprintf(buf, n, "%g", (double)x);
+    snprintf(buf, n, "%g", (double)sdpa_f32_from_bits((uint32_t)v));
   } else {
     snprintf(buf, n, D64, v);
   }
@@ -245,8 +236,8 @@ sdpa_status sdpa_ring_agree(sdpa_ring_transport *tp, const sdpa_ring_geom *g, in
     mine[H_DV] = g->d_v;
     mine[H_DTYPE] = g->dtype;
     mine[H_CAUSAL] = g->causal;
-    mine[H_SCALE] = float_bits(g->scale);
-    mine[H_SOFTCAP] = float_bits(g->softcap);
+    mine[H_SCALE] = (int64_t)sdpa_f32_bits(g->scale);
+    mine[H_SOFTCAP] = (int64_t)sdpa_f32_bits(g->softcap);
   }
   /* this rank's own refusal keeps its message through the exchange */
   char saved[1024];
