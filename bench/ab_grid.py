@@ -21,9 +21,9 @@ import common
 import sdpa
 
 
-def attn_cells(quick):
+def attn_cells(quick, dims):
     cells = []
-    for d in (64, 128, 256):
+    for d in dims:
         for s in ((1024, 4096) if quick else (1024, 2048, 4096, 8192)):
             for causal in (False, True):
                 cells.append(dict(d=d, s=s, causal=causal))
@@ -94,11 +94,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
     ap.add_argument("--only", default="", help="comma-separated substrings: the cells naming one")
     ap.add_argument("--max-slowdown", type=float, default=None)
+    ap.add_argument("--dims", default="64,128,256", help="head dims of the attention cells")
     args = ap.parse_args()
     libs = common.parse_libs(args.libs)
     cells = []
     for op in ("fwd", "bwd"):
-        for c in attn_cells(args.quick):
+        for c in attn_cells(args.quick, [int(x) for x in args.dims.split(",")]):
             for extra in ("", "dropout", "bias"):
                 if extra and (c["d"] == 256 or c["s"] > 4096):
                     continue

@@ -14,7 +14,12 @@ docs/design.md §8) and a markdown table beside it, and prints the table.
                                        attn_mask (requires_grad for bwd_bias)
   python3 bench/bench.py --f32         fp32 q, k, v: ops fwd_f32 and bwd_f32, suffix
                                        -f32, against torch's EFFICIENT in fp32
-  (--ops fwd or --ops bwd picks one op of these two modes; s in {1024, 4096} there)
+  python3 bench/bench.py --hdim        head dims 40 .. 512 off the buckets: ops fwd_hdim,
+                                       bwd_hdim, suffix -hdim, against EFFICIENT, FLASH,
+                                       CUDNN and sdpa at the bucket the d pads to
+  python3 bench/bench.py --mla         d_qk 192, d_v 128: ops fwd_mla, bwd_mla, suffix
+                                       -mla, against EFFICIENT, CUDNN and sdpa at 192 / 192
+  (--ops fwd or --ops bwd picks one op of these modes; s in {1024, 4096} for --bias, --f32)
 
 The --bias and --f32 modes check what they time: sdpa's outputs (NaN-poisoned
 first) must be finite and agree with torch EFFICIENT's on the cell's first call
@@ -157,7 +162,8 @@ def selected_kernel(q, k, v, kw):
     return first.split(": ", 1)[1] if first.startswith("selected: ") else first
 
 
-def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
+def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None, dv=None, name=None,
+                  backends=None):
     """One cell of the --bias / --f32 modes: op "fwd" or "bwd", recorded as fwd_bias,
     bwd_bias, fwd_f32 or bwd_f32; bwd_bias asks sdpa for dbias and torch for the
     gradient of its attn_mask. First one call each, compared; then the timing.
@@ -165,24 +171,28 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
     agree with torch EFFICIENT's (the reference). torch CUDNN's (bias only) are checked
     against EFFICIENT's too: a CUDNN that disagrees (e.g. one that leaves the bias
     gradient out) is recorded None with a note, not timed. bshape: the bias's shape
-    (default [b, h, s, s]); a broadcast one is recorded as dbias_bcast, its dbias summed."""
+    (default [b, h, s, s]); a broadcast one is recorded as dbias_bcast, its dbias summed.
+    dv: v's head dim (default d); name: the record's op; backends: the torch backends
+    run (EFFICIENT first: the reference; every other one checked against it)."""
     torch.manual_seed(0)
     dt = DTYPES[dtype]
     bwd = op == "bwd"
-    name = f"{op}_bias" if bias else f"{op}_{dtype}"
+    dv = dv or d
+    name = name or (f"{op}_bias" if bias else f"{op}_{dtype}")
+    backends = backends or (("torch_efficient", "torch_cudnn") if bias else ("torch_efficient",))
     if bshape:  # --dbias-bcast: the broadcast biases and their full-bias reference
         name = "dbias_bcast" if tuple(bshape) != (b, h, s, s) else "dbias_full"
     bshape = tuple(bshape or (b, h, s, s))
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt, requires_grad=bwd)
-               for _ in range(3))
+    q, k, v = (torch.randn(b, s, h, dd, device="cuda", dtype=dt, requires_grad=bwd)
+               for dd in (d, d, dv))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    dout = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+    dout = torch.randn(b, s, h, dv, device="cuda", dtype=dt)
     rec = {"op": name, "dtype": dtype, "b": b, "s_q": s, "s_k": s, "h": h, "h_k": h, "d": d,
-           "causal": causal, "paged": 0, "dropout": 0.0,
-           # FLASH takes no attn_mask and no fp32; cuDNN no fp32
-           "torch_flash": None, "torch_cudnn": None}
-    fl = flops(op, b, h, s, s, d, causal)
+           "d_v": dv, "causal": causal, "paged": 0, "dropout": 0.0}
+    for bname in TORCH_BACKENDS:  # the ones not run (FLASH: no attn_mask, fp32 or d_v != d)
+        rec[bname] = None
+    fl = flops(op, b, h, s, s, d, causal, dv)
     label = f"{name} b={b} s={s} d={d} causal={int(causal)}"
     tol = TOLERANCE[dtype]
     kw, torch_kw = {"causal": causal}, {"is_causal": causal}
@@ -215,7 +225,7 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
                                                                    dbias=call["dbias"]))
                 run = lambda: sdpa.backward(dout, q, k, v, o_s, lse, **call)  # noqa: E731
             else:
-                outs = {"out": torch.full_like(q, nan)}
+                outs = {"out": torch.full_like(v, nan)}  # [b, s, h, d_v]
                 rec["sdpa_kernel"] = selected_kernel(q, k, v, kw)
                 run = lambda: sdpa.forward(q, k, v, out=outs["out"], **kw)  # noqa: E731
             run()
@@ -247,7 +257,7 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None):
         return res, bwd_call
 
     refs, timed = None, {}
-    for bname in ("torch_efficient", "torch_cudnn") if bias else ("torch_efficient",):
+    for bname in backends:
         try:
             res, fn = first_torch(TORCH_BACKENDS[bname])
             torch.cuda.synchronize()
@@ -378,6 +388,72 @@ def run_dbias_bcast(gpu):
         sys.exit(1)
 
 
+# --hdim: the head dims off the bench grid's buckets; each against the bucket it pads to
+HDIMS = (40, 72, 80, 96, 112, 160, 192, 320, 512)
+BUCKETS = (64, 96, 128, 192, 256)
+
+
+def sdpa_only(op, b, s, h, d, dv, causal):
+    """TFLOP/s of sdpa alone on the shape (no check: the --hdim / --mla cells' own-bucket
+    reference)."""
+    torch.manual_seed(0)
+    q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    v = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
+    fl = flops(op, b, h, s, s, d, causal, dv)
+    if op.startswith("fwd"):
+        out = torch.empty_like(v)
+        return tflops(fl, lambda: sdpa.forward(q, k, v, causal=causal, out=out), f"{op} d={d}")
+    o, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
+    do = torch.randn_like(o)
+    return tflops(fl, lambda: sdpa.backward(do, q, k, v, o, lse, causal=causal), f"{op} d={d}")
+
+
+def run_shapes(gpu, mode, ops):
+    """--hdim: fwd_hdim / bwd_hdim over HDIMS, s 4096, b 4, h 16, causal or not, against
+    torch EFFICIENT, FLASH and CUDNN (where they run), and sdpa at the bucket the head dim
+    pads to (sdpa_bucket, d_bucket). --mla: fwd_mla / bwd_mla at d_qk 192, d_v 128, h 16,
+    b s = 16k, s 2k-16k, against EFFICIENT and CUDNN (FLASH takes no d_v != d), and sdpa
+    at d 192 / 192 (sdpa_d192). bf16; every cell checked as --bias's are."""
+    suffix = "-" + mode
+    others = ["torch_efficient", "torch_flash", "torch_cudnn"]
+    own = "sdpa_bucket" if mode == "hdim" else "sdpa_d192"
+    cols = (["op", "d", "d_v", "causal", "s_q", "b", "h", "sdpa", own] + others +
+            ["x_" + n.split("_", 1)[1] for n in others] + ["check", "sdpa_kernel"])
+    extra = {"torch": torch.__version__, "tolerance": TOLERANCE["bf16"], "columns": cols,
+             "ratio_of": others,
+             "title": f"TFLOP/s (bf16; FLOPs 2 b h s^2 (d + d_v), halved when causal, x2.5 "
+                      f"backward), x_* = sdpa / torch backend, {own}: sdpa at "
+                      + ("the bucket d pads to" if mode == "hdim" else "d = d_v = 192")}
+    if mode == "hdim":
+        cells = [(d, d, 4096, 4) for d in HDIMS]
+    else:
+        cells = [(192, 128, s, 16384 // s) for s in (2048, 4096, 8192, 16384)]
+    records, failed = [], []
+    for op in ops:
+        for d, dv, s, b in cells:
+            for causal in (False, True):
+                rec = bench_checked(op, b, s, 16, d, causal, "bf16", False, dv=dv,
+                                    name=f"{op}_{mode}", backends=("torch_efficient",
+                                                                   "torch_flash", "torch_cudnn"))
+                if mode == "hdim":
+                    bucket = next((x for x in BUCKETS if x >= d), None)
+                    if bucket and bucket != d:
+                        rec["d_bucket"] = bucket
+                        rec[own] = sdpa_only(op, b, s, 16, bucket, bucket, causal)
+                else:
+                    rec[own] = sdpa_only(op, b, s, 16, 192, 192, causal)
+                records.append(rec)
+                write_results(gpu, records, suffix=suffix, extra=extra)
+                if rec["check"].startswith("FAIL"):
+                    failed.append(f"{op} d={d}/{dv} s={s} causal={causal}: {rec['check']}")
+                print(f"{op}_{mode} d={d}/{dv} s={s} causal={int(causal)}: " + ", ".join(
+                    f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", own, *others)) +
+                    f" kernel={rec.get('sdpa_kernel')} {rec['check']}", flush=True)
+    if failed:
+        print(f"{len(failed)} cell(s) FAILED their check:", *failed, sep="\n  ")
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default=None,
@@ -391,7 +467,15 @@ def main():
                     help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
     ap.add_argument("--dbias-bcast", action="store_true",
                     help="the backward with dbias of broadcast biases against the full one")
+    ap.add_argument("--hdim", action="store_true",
+                    help="fwd_hdim / bwd_hdim: head dims off the grid's buckets, checked")
+    ap.add_argument("--mla", action="store_true",
+                    help="fwd_mla / bwd_mla: d_qk 192, d_v 128, s 2k-16k, checked")
     args = ap.parse_args()
+    if args.hdim or args.mla:
+        ops = (args.ops or "fwd,bwd").split(",")
+        run_shapes(torch.cuda.get_device_name(), "hdim" if args.hdim else "mla", ops)
+        return
     if args.dbias_bcast:
         run_dbias_bcast(torch.cuda.get_device_name())
         return

@@ -60,10 +60,10 @@ def write_results(gpu, records, suffix="", extra=None):
     return path
 
 
-def flops(op, b, h, s_q, s_k, d, causal):
-    """An attention call's FLOPs: 4 b h s_q s_k d, halved when causal; the backward
-    (op "bwd...") 2.5 times the forward."""
-    f = 4.0 * b * h * s_q * s_k * d
+def flops(op, b, h, s_q, s_k, d, causal, d_v=None):
+    """An attention call's FLOPs: 2 b h s_q s_k (d + d_v) (d_v = d: 4 b h s_q s_k d),
+    halved when causal; the backward (op "bwd...") 2.5 times the forward."""
+    f = 2.0 * b * h * s_q * s_k * (d + (d if d_v is None else d_v))
     if causal:
         f /= 2
     return f * (2.5 if op.startswith("bwd") else 1.0)

@@ -51,8 +51,8 @@ static void build_table(void) {
   /* ---- the --small set (CUDA): one problem per head-dim bucket and dtype;
    * deterministic at d 64 and d 256 (the dQ kernel); empty problems */
   {
-    const int64_t dims[6] = {32, 64, 96, 128, 192, 256};
-    for (int di = 0; di < 6; ++di)
+    const int64_t dims[7] = {32, 64, 96, 128, 192, 256, 160};
+    for (int di = 0; di < 7; ++di)
       for (int t = 0; t < 2; ++t)
         ADD(.name = "small", .on = ON_CUDA, .small = 1, .dt = t ? BF16 : F16, .b = 2, .h = 4,
             .hk = 2, .sq = 70, .sk = 45, .d = dims[di], .rows16 = 1, .causal = di & 1,
@@ -62,6 +62,14 @@ static void build_table(void) {
         .hk = 2, .sq = 0, .sk = 70, .d = 64, .rows16 = 1);
     ADD(.name = "small_empty_keys", .on = ON_CUDA, .small = 1, .dt = F16, .b = 2, .h = 4, .hk = 2,
         .sq = 50, .sk = 0, .d = 128, .rows16 = 1);
+    ADD(.name = "small_mla", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 1,
+        .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1);
+    ADD(.name = "small_mla_sm80", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
+        .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1,
+        .kernel = "bwd_sm80_f16_hd192");
+    ADD(.name = "small_sm80_d96", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 2, .h = 4, .hk = 2,
+        .sq = 70, .sk = 45, .d = 96, .rows16 = 1, .dropout = 0.17f,
+        .kernel = "bwd_sm80_bf16_hd96");
   }
 
   /* ---- the CPU backend's matrix: contiguous or padded strides, every dtype,
@@ -251,12 +259,37 @@ static void build_table(void) {
     .sk = 1100, .d = 256, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d128_det_walk_causal", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100, .sk = 2200,
     .d = 128, .causal = 1, .det = 5);
+  /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 160 / 192
+   * in hd256) and d_qk != d_v (MLA's 192 / 128): V, dO and dV masked to d_v */
+  H(.name = "sm90_d80_gqa4_causal", .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 200, .sk = 260,
+    .d = 80, .causal = 1);
+  H(.name = "sm90_d96_dropout_det", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 300,
+    .d = 96, .dropout = 0.17f, .det = 5);
+  H(.name = "sm90_d160_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 230,
+    .d = 160, .window = 1, .wl = 60, .wr = 10);
+  H(.name = "sm90_mla_d192_dv128_causal_gqa", .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 260,
+    .sk = 300, .d = 192, .dv = 128, .causal = 1);
+  H(.name = "sm90_mla_d192_dv128_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130,
+    .sk = 150, .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5);
+  H(.name = "sm90_d128_dv64_softcap_alibi", .dt = F16, .b = 2, .h = 4, .hk = 1, .sq = 200,
+    .sk = 170, .d = 128, .dv = 64, .causal = 1, .softcap = 3.f, .alibi = 2);
+  H(.name = "sm90_d96_dv64_dropout", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 150, .sk = 190,
+    .d = 96, .dv = 64, .dropout = 0.17f);
+  H(.name = "sm90_d64_dv128_det", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 300, .sk = 260,
+    .d = 64, .dv = 128, .causal = 1, .top_left = 1, .det = 5);
 #undef H
   /* empty problems: the side with rows gets zero gradients over poison */
   G(.name = "empty_queries", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 0, .sk = 70, .d = 64);
   G(.name = "empty_keys_causal", .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 50, .sk = 0, .d = 128,
     .causal = 1);
   G(.name = "empty_batch", .dt = BF16, .b = 0, .h = 2, .hk = 2, .sq = 9, .sk = 9, .d = 64);
+  /* d_qk != d_v on the sm80 rows, forced (on sm_90 the Hopper rows take these) */
+  G(.name = "sm80_mla_d192_dv128_causal", .dt = BF16, .b = 1, .h = 4, .hk = 1, .sq = 150,
+    .sk = 170, .d = 192, .dv = 128, .causal = 1, .kernel = "bwd_sm80_bf16_hd192");
+  G(.name = "sm80_d128_dv64_det", .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 200, .sk = 260,
+    .d = 128, .dv = 64, .dropout = 0.17f, .det = 5, .kernel = "bwd_sm80_f16_hd128");
+  G(.name = "sm80_d96_dv64", .dt = F16, .b = 2, .h = 2, .hk = 2, .sq = 90, .sk = 100, .d = 96,
+    .dv = 64, .window = 1, .wl = 30, .wr = 8, .kernel = "bwd_sm80_f16_hd96");
 #undef G
   /* ---- CUDA only: a graph capture, what the rows refuse */
   ADD(.name = "graph", .on = ON_CUDA, .kind = BWD_GRAPH, .rows16 = 1, .dt = BF16, .b = 2, .h = 4,

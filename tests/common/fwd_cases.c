@@ -57,11 +57,24 @@ static void build_table(void) {
   }
   /* the Hopper rows (one instance per bucket and dtype): causal, GQA, off the
    * tile grid, d below the bucket */
-  for (int k = 0; k < 6; ++k) {
-    const int64_t d9[3] = {40, 128, 232};
-    ADD(.name = "small sm90", .on = ON_CUDA, .small = 1, .dt = dts2[k / 3], .b = 1, .h = 4,
-        .hk = 2, .sq = 130, .sk = 200, .d = d9[k % 3], .causal = 1, .rows16 = 1, .sm90 = 1);
+  for (int k = 0; k < 8; ++k) {
+    const int64_t d9[4] = {40, 128, 160, 232};
+    ADD(.name = "small sm90", .on = ON_CUDA, .small = 1, .dt = dts2[k / 4], .b = 1, .h = 4,
+        .hk = 2, .sq = 130, .sk = 200, .d = d9[k % 4], .causal = 1, .rows16 = 1, .sm90 = 1);
   }
+  /* d_qk != d_v (MLA's 192 / 128) on the Hopper row and forced onto the sm80 one */
+  ADD(.name = "small mla sm90", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 1,
+      .sq = 130, .sk = 200, .d = 192, .dv = 128, .causal = 1, .rows16 = 1, .sm90 = 1);
+  ADD(.name = "small mla sm80", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
+      .sq = 130, .sk = 200, .d = 192, .dv = 128, .causal = 1, .rows16 = 1,
+      .kernel = "fwd_sm80_f16_hd192");
+  /* the sm80 rows whose buckets the Hopper rows now take on sm_90, forced */
+  ADD(.name = "small sm80 forced", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 2,
+      .hk = 1, .sq = 70, .sk = 150, .d = 96, .causal = 1, .rows16 = 1,
+      .kernel = "fwd_sm80_bf16_hd96");
+  ADD(.name = "small sm80 forced", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 2,
+      .hk = 1, .sq = 70, .sk = 150, .d = 160, .rows16 = 1, .dropout = 0.17f,
+      .kernel = "fwd_sm80_bf16_hd160");
   /* empty problems: no keys (out 0, lse +inf over poison), no queries */
   ADD(.name = "small no keys", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2, .h = 4, .hk = 2,
       .sq = 37, .sk = 0, .d = 128, .rows16 = 1);
@@ -307,9 +320,9 @@ static void build_table(void) {
    * empty rows, varlen with seqused_k, dropout (explain must select them on
    * sm_90; the CPU backend runs them too) */
   {
-    const int64_t d9[6] = {64, 40, 128, 100, 256, 232};
-    for (int k = 0; k < 12; ++k)
-      ADD(.name = "sm90", .on = ON_BOTH, .dt = dts2[k / 6], .b = 2, .h = 8,
+    const int64_t d9[9] = {64, 40, 128, 100, 256, 232, 80, 160, 192};
+    for (int k = 0; k < 18; ++k)
+      ADD(.name = "sm90", .on = ON_BOTH, .dt = dts2[k / 9], .b = 2, .h = 8,
           .hk = k % 3 == 0 ? 1 : 8 >> (k % 3), .sq = 65 + 37 * k, .sk = 129 + 61 * k,
           .d = d9[k % 6], .causal = k % 4 == 1, .top_left = k % 8 == 5, .sm90 = 1, .rows16 = 1);
   }
@@ -331,12 +344,29 @@ static void build_table(void) {
   ADD(.name = "sm90 dropout", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 150,
       .sk = 270, .d = 64, .dropout = 0.17f, .causal = 1, .sm90 = 1, .rows16 = 1);
 
-  /* ---- CUDA: what the sm80 rows decline (d != d_v, rows not 16-byte
-   * aligned): their row of the bucket declines with the reason, and what runs
-   * instead is checked */
-  ADD(.name = "d != d_v", .on = ON_BOTH, .kind = FWD_REFUSE, .dt = F16, .b = 1, .h = 2, .hk = 2,
-      .sq = 10, .sk = 10, .d = 64, .dv = 32, .rows16 = 1, .refuse_row = "fwd_sm80_f16_hd64 ",
-      .refuse_why = "d_v!=d");
+  /* ---- d_qk != d_v on the tensor-core rows: the Hopper rows (the bucket of
+   * max(d, d_v), V and O masked to d_v), the sm80 rows forced, with a bias
+   * (the sm80 bias kernel) and with probs (the _full row) */
+  {
+    const int64_t dq[5] = {192, 128, 96, 64, 160}, dv[5] = {128, 64, 64, 128, 176};
+    for (int k = 0; k < 10; ++k)
+      ADD(.name = "d != d_v sm90", .on = ON_BOTH, .dt = dts2[k & 1], .b = 2, .h = 8,
+          .hk = k % 3 == 0 ? 1 : 2, .sq = 70 + 19 * k, .sk = 90 + 23 * k, .d = dq[k % 5],
+          .dv = dv[k % 5], .causal = k % 4 != 3, .top_left = k == 5, .dropout = k == 4 ? 0.17f : 0.f,
+          .varlen = k == 6 ? 2 : 0, .sm90 = 1, .rows16 = 1);
+  }
+  ADD(.name = "d != d_v sm80", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 300,
+      .sk = 333, .d = 192, .dv = 128, .causal = 1, .rows16 = 1, .kernel = "fwd_sm80_bf16_hd192");
+  ADD(.name = "d != d_v sm80", .on = ON_BOTH, .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 200,
+      .sk = 190, .d = 128, .dv = 64, .dropout = 0.17f, .rows16 = 1, .kernel = "fwd_sm80_f16_hd128");
+  ADD(.name = "d != d_v bias", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 150,
+      .sk = 170, .d = 96, .dv = 64, .causal = 1, .rows16 = 1, .bias = BIAS_SHAPE, .bias_inf = 1);
+  ADD(.name = "d != d_v probs", .on = ON_BOTH, .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 90,
+      .sk = 130, .d = 64, .dv = 128, .probs = 1, .dropout = 0.17f, .rows16 = 1);
+
+  /* ---- CUDA: what the sm80 rows decline (rows not 16-byte aligned): their
+   * row of the bucket declines with the reason, and what runs instead is
+   * checked */
   ADD(.name = "rows not 16-byte aligned", .on = ON_BOTH, .kind = FWD_REFUSE, .dt = BF16, .b = 1,
       .h = 2, .hk = 2, .sq = 10, .sk = 10, .d = 3, .rows16 = 1, .q_contig = 1,
       .refuse_row = "fwd_sm80_bf16_hd32 ", .refuse_why = "unaligned");

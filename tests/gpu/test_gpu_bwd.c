@@ -137,6 +137,7 @@ static void call_bias_row(const bwd_tcase *c, sdpa_bwd_desc *dev) {
 static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b) {
   gpu_twins w;
   sdpa_bwd_desc dev = gpu_twins_bwd(&w, b, host);
+  if (c->kernel) dev.attn.kernel = c->kernel;
   int ok = 0;
   if (c->kind == BWD_REFUSE) {
     call_refused(&dev);

@@ -102,6 +102,7 @@ static int call_refused(const fwd_case *c, const sdpa_fwd_desc *dev) {
 static int cuda_fwd(const fwd_case *c, const sdpa_fwd_desc *host, case_bufs *b) {
   gpu_twins w;
   sdpa_fwd_desc dev = gpu_twins_fwd(&w, b, host);
+  if (c->kernel) dev.attn.kernel = c->kernel;
   int ok;
   if (c->kind == FWD_REFUSE) {
     ok = call_refused(c, &dev);

@@ -65,6 +65,6 @@ __device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_params *prm, int
     const int c = col0 + dt * 8 + 2 * t;
     bwd_st_pair(dkr, c, d,
                 SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale));
-    bwd_st_pair(dvr, c, d, SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]));
+    bwd_st_pair(dvr, c, (int)p->d_v, SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]));
   }
 }

@@ -201,7 +201,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
-  if (p->d > HD || p->d != p->d_v)
+  if (p->d > HD || p->d_v > HD)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0) return SDPA_OK;

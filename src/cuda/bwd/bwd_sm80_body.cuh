@@ -240,7 +240,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk);
     const uint16_t *vg = (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk);
     bwd_load_tile(s_k, kg, p->k_st.ss, BN, sk - n0, d, tid);
-    bwd_load_tile(s_v, vg, p->v_st.ss, BN, sk - n0, d, tid);
+    bwd_load_tile(s_v, vg, p->v_st.ss, BN, sk - n0, (int)p->d_v, tid);
     /* Q / dO rows of this sequence: step (hh, mb) reads q_b + m0 ss + hh sh
        (no layout branches or global loads in the loop) */
     const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
@@ -249,7 +249,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     {
       const int hh = hk * group, m0 = m_lo * BM;
       bwd_load_tile(s_base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid);
-      bwd_load_tile(s_base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid);
+      bwd_load_tile(s_base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, (int)p->d_v,
+                    tid);
       if (feat == 2) bwd_bias_tile(s_base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
       if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     }
@@ -275,7 +276,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         bwd_load_tile(s_base + OFF_Q + (cur ^ 1) * SM_Q, q_b + m02 * qss + hh2 * qsh, qss, BM,
                       sq - m02, d, tid);
         bwd_load_tile(s_base + OFF_DO + (cur ^ 1) * SM_Q, do_b + m02 * dss + hh2 * dsh, dss, BM,
-                      sq - m02, d, tid);
+                      sq - m02, (int)p->d_v, tid);
         if (feat == 2)
           bwd_bias_tile(s_base + OFF_B + (cur ^ 1) * SM_B, p, b, hh2, m02, n0, sq, sk,
                         prm->bias_aligned, tid);

@@ -321,14 +321,15 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     load_tile(s_k, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, n0, hk), p->k_st.ss,
               BN, sk - n0, d, tid, p->k);
     load_tile(s_v, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, n0, hk), p->v_st.ss,
-              BN, sk - n0, d, tid, p->v);
+              BN, sk - n0, (int)p->d_v, tid, p->v);
     const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
     const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
     const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
     {
       const int hh = hk * group, m0 = m_lo * BM;
       load_tile(base + OFF_Q, q_b + m0 * qss + hh * qsh, qss, BM, sq - m0, d, tid, p->q);
-      load_tile(base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, d, tid, p->dout);
+      load_tile(base + OFF_DO, do_b + m0 * dss + hh * dsh, dss, BM, sq - m0, (int)p->d_v, tid,
+                p->dout);
       if (feat == 2) bwd_bias_tile(base + OFF_B, p, b, hh, m0, n0, sq, sk, prm->bias_aligned, tid);
       if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     }
@@ -366,7 +367,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         load_tile(base + OFF_Q + (cur ^ 1) * TILE, q_b + m02 * qss + hh2 * qsh, qss, BM, sq - m02,
                   d, tid, p->q);
         load_tile(base + OFF_DO + (cur ^ 1) * TILE, do_b + m02 * dss + hh2 * dsh, dss, BM,
-                  sq - m02, d, tid, p->dout);
+                  sq - m02, (int)p->d_v, tid, p->dout);
         if (feat == 2)
           bwd_bias_tile(base + OFF_B + (cur ^ 1) * SM_B, p, b, hh2, m02, n0, sq, sk,
                         prm->bias_aligned, tid);
@@ -574,12 +575,12 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     load_tile(s_q, (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh), p->q_st.ss, BM,
               sq - m0, d, tid, p->q);
     load_tile(s_do, (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, m0, hh),
-              p->do_st.ss, BM, sq - m0, d, tid, p->dout);
+              p->do_st.ss, BM, sq - m0, (int)p->d_v, tid, p->dout);
     if (tid < BM) bwd_row_stats(prm, q_start, hh, m0 + tid, sq, &s_lse[tid], &s_dd[tid]);
     {
       const int n0 = n_begin * BN;
       load_tile(base + DQO_K, k_b + n0 * kss, kss, BN, sk - n0, d, tid, p->k);
-      load_tile(base + DQO_V, v_b + n0 * vss, vss, BN, sk - n0, d, tid, p->v);
+      load_tile(base + DQO_V, v_b + n0 * vss, vss, BN, sk - n0, (int)p->d_v, tid, p->v);
     }
     cp_async_commit();
   }
@@ -598,7 +599,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     if (n + 1 < n_end) { /* the next tile's K / V under this one */
       const int n02 = n0 + BN;
       load_tile(base + DQO_K + (cur ^ 1) * TILE, k_b + n02 * kss, kss, BN, sk - n02, d, tid, p->k);
-      load_tile(base + DQO_V + (cur ^ 1) * TILE, v_b + n02 * vss, vss, BN, sk - n02, d, tid, p->v);
+      load_tile(base + DQO_V + (cur ^ 1) * TILE, v_b + n02 * vss, vss, BN, sk - n02, (int)p->d_v,
+                tid, p->v);
       cp_async_commit();
     }
     const uint32_t keep = feat && prm->has_dropout

@@ -332,7 +332,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
     const int n0 = n * BN;
     cp_async_wait_all(); /* K tile n (and Q) landed */
     __syncthreads();     /* ... for every thread; everyone is done with V tile n-1 */
-    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, d, tid, p->v);
+    load_tile(s_v, vg + (int64_t)n0 * vss, vss, BN, sk - n0, (int)p->d_v, tid, p->v);
     cp_async_commit();
 
     uint32_t dm[MT][DW];
@@ -459,7 +459,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
   uint16_t *og = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, m0, hh);
   for (int idx = tid; idx < BM * CPR; idx += NTHREADS) {
     const int r = idx / CPR, c = idx % CPR;
-    const int rem = d - c * 8;
+    const int rem = (int)p->d_v - c * 8;
     if (m0 + r >= sq || rem <= 0) continue;
     const uint4 v = *(const uint4 *)(smem + (r * CPR + swz(r, c)) * 16);
     store_chunk16(og + (int64_t)r * p->o_st.ss + c * 8, v, rem);
@@ -506,7 +506,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #endif
   (void)row; /* the registry matched dtype, bucket, features and sdpa_fwd_sm80_refuse */
   sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
-  if (p->d > HD || p->d != p->d_v)
+  if (p->d > HD || p->d_v > HD)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->bias && p->bias_sk != 1)

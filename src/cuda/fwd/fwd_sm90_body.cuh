@@ -5,10 +5,14 @@
  * of kernels.def) defines
  *   SDPA_KERNEL_NAME   token, e.g. fwd_sm90_bf16_hd128
  *   SDPA_DTYPE         BF16 or F16
- *   SDPA_HDIM          head-dim bucket: 64, 128 or 256
+ *   SDPA_HDIM          head-dim bucket: 64, 128, 192 or 256
  *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup
  *   SDPA_BLOCK_N       keys per tile: 64 or 128
  *   SDPA_WARPS         4 x (consumer warpgroups + 1)
+ *   SDPA_DV            (a _dv row, optional) V's and O's columns when d_v is
+ *                      below the bucket (MLA's 192 / 128): P V is m64n<DV>
+ *                      and the V ring holds DV columns; the row refuses a
+ *                      larger d_v (the bucket's rows take it)
  * and includes this file, which defines SDPA_KERNEL_NAME##_kernel and
  * extern "C" SDPA_KERNEL_NAME##_run.
  *
@@ -41,6 +45,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cuda_runtime.h>
 
@@ -65,12 +70,16 @@
 #endif
 /* S = Q K^T is m64n<BLOCK_N>, O += P V is m64n<HDIM> */
 #define SDPA_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
-#define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_HDIM, SDPA_PASTE(_, SDPA_TY))
+#ifndef SDPA_DV
+#define SDPA_DV SDPA_HDIM
+#endif
+#define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_DV, SDPA_PASTE(_, SDPA_TY))
 
 /* Whether a tile's softmax overlaps the previous tile's P V
- * (consume_tile_pipe) in the kernel without dropout: at d = 128 only, where
- * it gains; at d 64 and 256, and with dropout, it does not. */
-#define SDPA_FWD_PIPE (SDPA_HDIM == 128)
+ * (consume_tile_pipe) in the kernel without dropout: with 128 columns of O
+ * (d = 128, and MLA's _dv128 row), where it gains; at d 64 and 256, and with
+ * dropout, it does not. */
+#define SDPA_FWD_PIPE (SDPA_DV == 128)
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
  * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). */
@@ -78,28 +87,32 @@
 
 enum {
   HD = SDPA_HDIM,
-  NCB = HD / 64,          /* 64-column blocks of a tile (one 128-byte swizzle row each) */
+  DV = SDPA_DV,           /* V's and O's columns (HD but in a _dv row) */
+  NCB = HD / 64,          /* 64-column blocks of a Q or K tile (one 128-byte swizzle row each) */
+  NCBV = DV / 64,         /* ... of a V tile */
   BM = SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
   NTHREADS = SDPA_WARPS * 32,
   NWG = SDPA_WARPS / 4 - 1, /* consumer warpgroups */
   MT = 1,                 /* fwd_softmax.cuh's geometry: one m16 tile a warp */
   NT = BN / 8,
-  DT = HD / 8,
+  DT = DV / 8,
   KSQ = HD / 16,          /* k16 steps of Q K^T */
   PS = BN / 16,           /* k16 steps of P V */
   ROWB = 128,             /* bytes of a swizzled row */
   TILE_Q = BM * HD * 2,
-  TILE_KV = BN * HD * 2,
+  TILE_KV = BN * HD * 2,  /* a K tile */
+  TILE_V = BN * DV * 2,
   OFF_K = TILE_Q,
   OFF_V = OFF_K + 2 * TILE_KV,
-  OFF_MASK = OFF_V + 2 * TILE_KV, /* the dropout mask's two-stage ring (fwd_sm90_dropout.cuh) */
+  OFF_MASK = OFF_V + 2 * TILE_V, /* the dropout mask's two-stage ring (fwd_sm90_dropout.cuh) */
   MASK_STAGE = 128 * NWG * 8,     /* bytes of a stage: a uint2 a consumer thread */
   OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * MASK_STAGE : 0),
   SMEM_BYTES = OFF_BAR + 13 * 8 + 1024 /* barriers; slack to align the base to 1024 */
 };
 
-static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets are 64, 128, 256");
+static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets: multiples of 64 up to 256");
+static_assert(DV % 64 == 0 && DV <= HD, "V's columns: 64-column blocks, at most the bucket");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
 static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
@@ -122,16 +135,16 @@ __device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return ba
 __device__ __forceinline__ int ring_stage(int it) { return it & 1; }
 __device__ __forceinline__ uint32_t ring_phase(int it) { return (uint32_t)(it >> 1) & 1u; }
 
-/* One K or V tile (rows row0.., kv head hk, batch b) into the stage at dst once
- * its consumers freed it (the empty barrier's phase ph done), completing on
- * the stage's full barrier. */
+/* One K or V tile (rows row0.., kv head hk, batch b; ncb column blocks, a
+ * literal) into the stage at dst once its consumers freed it (the empty
+ * barrier's phase ph done), completing on the stage's full barrier. */
 __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t dst, uint32_t full,
                                              uint32_t empty, uint32_t ph, int row0, int hk,
-                                             int b) {
+                                             int b, const int ncb) {
   mbar_wait(empty, ph ^ 1u);
-  mbar_expect_tx(full, TILE_KV);
+  mbar_expect_tx(full, ncb * BN * ROWB);
 #pragma unroll
-  for (int cb = 0; cb < NCB; ++cb) tma_load_4d(dst + cb * BN * ROWB, map, cb * 64, row0, hk, b, full);
+  for (int cb = 0; cb < ncb; ++cb) tma_load_4d(dst + cb * BN * ROWB, map, cb * 64, row0, hk, b, full);
 }
 
 /* The producer warpgroup (ptid its thread): thread 0 copies Q once, then K
@@ -165,13 +178,13 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
     const uint32_t ph = ring_phase(it);
     if (ptid == 0)
       load_kv_tile(&prm9->tk, base + OFF_K + s * TILE_KV, bar_kfull(bars, s),
-                   bar_kempty(bars, s), ph, k0 + n * BN, hk, b);
+                   bar_kempty(bars, s), ph, k0 + n * BN, hk, b, NCB);
     if (make_mask && ptid < BM)
       mask_row(p, bh, kb->m0 + ptid, n * BN, ptid, base + OFF_MASK + s * MASK_STAGE,
                bar_mfull(bars, s), bar_mempty(bars, s), ph);
     if (ptid == 0)
-      load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_KV, bar_vfull(bars, s),
-                   bar_vempty(bars, s), ph, k0 + n * BN, hk, b);
+      load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_V, bar_vfull(bars, s),
+                   bar_vempty(bars, s), ph, k0 + n * BN, hk, b, NCBV);
   }
 }
 
@@ -181,7 +194,7 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
  * reads the tile: only on a sequence's last tile of the varlen / seqused_k
  * layouts, the same tile for every consumer. */
 __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
-  for (int idx = ctid; idx < NCB * BN * 8; idx += 128 * NWG) {
+  for (int idx = ctid; idx < NCBV * BN * 8; idx += 128 * NWG) {
     const int r = idx / 8 % BN;
     if (r >= valid)
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sv + idx * 16), "r"(0)
@@ -262,7 +275,7 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
   float sc[MT][NT][4];
   qk_issue(sc[0], qa, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), ph);
   if (!first)
-    pv_issue(o, pa, kb, n0 - BN, base + OFF_V + sp * TILE_KV, bar_vfull(bars, sp), php,
+    pv_issue(o, pa, kb, n0 - BN, base + OFF_V + sp * TILE_V, bar_vfull(bars, sp), php,
              zero_tail, ctid);
   if (first)
     wg_wait0();
@@ -312,7 +325,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
        * through the function NVVM reordered this epilogue, and the kernel's
        * PTX would no longer be the measured one) */
       const int s = ring_stage(nt - 1);
-      pv_issue(o, pa, kb, (kb->n_end - 1) * BN, base + OFF_V + s * TILE_KV, bar_vfull(bars, s),
+      pv_issue(o, pa, kb, (kb->n_end - 1) * BN, base + OFF_V + s * TILE_V, bar_vfull(bars, s),
                (uint32_t)((nt - 1) >> 1) & 1u, zero_tail, ctid);
       pv_retire(o, bar_vempty(bars, s), lane);
     }
@@ -320,7 +333,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
       const int s = ring_stage(it), n0 = n * BN;
       const uint32_t ph = ring_phase(it);
-      const uint32_t sk = base + OFF_K + s * TILE_KV, sv = base + OFF_V + s * TILE_KV;
+      const uint32_t sk = base + OFF_K + s * TILE_KV, sv = base + OFF_V + s * TILE_V;
 
       float sc[MT][NT][4];
       qk_issue(sc[0], qa, sk, bar_kfull(bars, s), ph);
@@ -374,10 +387,10 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
   }
   bar_sync_named(1 + cw, 128);
-  const int r0 = kb->m0 + 64 * cw, d = kb->d;
+  const int r0 = kb->m0 + 64 * cw, d = (int)p->d_v;
   uint16_t *og = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, kb->b, r0, kb->hh);
-  for (int idx = ctid & 127; idx < 64 * (HD / 8); idx += 128) {
-    const int r = idx / (HD / 8), c = idx % (HD / 8), rem = d - c * 8;
+  for (int idx = ctid & 127; idx < 64 * (DV / 8); idx += 128) {
+    const int r = idx / (DV / 8), c = idx % (DV / 8), rem = d - c * 8;
     if (r0 + r >= kb->sq || rem <= 0) continue;
     const uint32_t addr = qa + (c >> 3) * BM * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4);
     uint4 v;
@@ -453,6 +466,11 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
+  if (p->d_v > DV) {
+    snprintf(why, n, "d_v = %lld above this row's %d (the bucket's rows take it)",
+             (long long)p->d_v, (int)DV);
+    return why;
+  }
   return sdpa_fwd_sm90_refuse(p, row, why, n);
 }
 
@@ -460,7 +478,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   static unsigned char smem_set[SDPA_MAX_DEVICES], smem_set_drop[SDPA_MAX_DEVICES];
   (void)row; /* the registry matched dtype, bucket, features and sdpa_fwd_sm90_refuse */
   sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
-  if (p->d > HD || p->d != p->d_v)
+  if (p->d > HD || p->d_v > DV)
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
@@ -481,6 +499,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_MASK_BY_PRODUCER
 #undef SDPA_FWD_PIPE
 #undef SDPA_WG_PV
+#undef SDPA_DV
 #undef SDPA_PACK
 #undef SDPA_TY
 #include "cuda/fwd/fwd_names_undef.cuh"

@@ -63,6 +63,9 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 #define WG_ACC_64                                                                           \
   "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", " WG_S10(4) ", " WG_S10(5) \
   ", %60, %61, %62, %63}"
+#define WG_ACC_96                                                                           \
+  "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", " WG_S10(4) ", " WG_S10(5) \
+  ", " WG_S10(6) ", " WG_S10(7) ", " WG_S10(8) ", %90, %91, %92, %93, %94, %95}"
 #define WG_ACC_128                                                                          \
   "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", " WG_S10(4) ", " WG_S10(5) \
   ", " WG_S10(6) ", " WG_S10(7) ", " WG_S10(8) ", " WG_S10(9) ", " WG_S10(10) ", "        \
@@ -72,6 +75,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 #define WG_OPS_16(d) WG_F16(d, 0)
 #define WG_OPS_32(d) WG_F16(d, 0), WG_F16(d, 4)
 #define WG_OPS_64(d) WG_OPS_32(d), WG_F16(d, 8), WG_F16(d, 12)
+#define WG_OPS_96(d) WG_OPS_64(d), WG_F16(d, 16), WG_F16(d, 20)
 #define WG_OPS_128(d) WG_OPS_64(d), WG_F16(d, 16), WG_F16(d, 20), WG_F16(d, 24), WG_F16(d, 28)
 
 /* d (+)= A B, A and B from shared memory; scale_d = 0 overwrites d.
@@ -113,6 +117,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
   WG_DEFINE_SS(sstt, 128, TY, 64, "%64", "%65", "%66", "1", "1")                               \
   WG_DEFINE_RS(64, TY, 32, "%32", "%33", "%34", "%35", "%36", "%37")                          \
   WG_DEFINE_RS(128, TY, 64, "%64", "%65", "%66", "%67", "%68", "%69")                         \
+  WG_DEFINE_RS(192, TY, 96, "%96", "%97", "%98", "%99", "%100", "%101")                      \
   WG_DEFINE_RS(256, TY, 128, "%128", "%129", "%130", "%131", "%132", "%133")
 
 WG_DEFINE_TY(bf16)
@@ -122,12 +127,14 @@ WG_DEFINE_TY(f16)
 #undef WG_DEFINE_RS
 #undef WG_DEFINE_SS
 #undef WG_OPS_128
+#undef WG_OPS_96
 #undef WG_OPS_64
 #undef WG_OPS_32
 #undef WG_OPS_16
 #undef WG_F16
 #undef WG_F4
 #undef WG_ACC_128
+#undef WG_ACC_96
 #undef WG_ACC_64
 #undef WG_ACC_32
 #undef WG_ACC_16
