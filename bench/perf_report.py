@@ -38,7 +38,7 @@ OUTPUT = os.path.join(ROOT, "docs", "performance.md")
 
 # ---- operation kinds ---------------------------------------------------------------------
 
-KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "decode", "cpu", "train", "upstream",
+KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "hdim", "mla", "decode", "cpu", "train", "upstream",
               "ring"]
 
 KIND_TITLES = {
@@ -53,6 +53,8 @@ KIND_TITLES = {
     "upstream": "Upstream test suites (FlashAttention 2.6.3, xformers 0.0.28)",
     "ring": "Context parallelism (ring attention over NCCL, one host)",
     "dbias_bcast": "dbias of broadcast biases (the backward, against the full bias's)",
+    "hdim": "Head dims between and past the buckets",
+    "mla": "MLA prefill and training shapes (d_qk 192, d_v 128)",
 }
 
 KIND_NOTES = {
@@ -77,6 +79,13 @@ KIND_NOTES = {
              "include warm-up.",
     "upstream": "The drop-in shims (python/flash_attn_shim, python/xformers_shim) against the "
                 "upstream projects' own test files, unchanged, sampled per seed.",
+    "hdim": "bf16, s 4096, b 4, h 16, causal off / on, each checked against torch EFFICIENT on "
+            "its first call. `sdpa_bucket`: sdpa at d = d_bucket, the bucket the head dim pads "
+            "to (same b, s, h). FLOPs count d, not the bucket.",
+    "mla": "bf16, d_qk 192, d_v 128, h 16, b * s = 16384, causal off / on, each checked against "
+           "torch EFFICIENT on its first call; FLOPs 2 b h s^2 (d_qk + d_v), halved when "
+           "causal, x2.5 backward. torch FLASH takes no d_v != d_qk. `sdpa_d192`: sdpa at "
+           "d_qk = d_v = 192 on the same b, s, h.",
     "dbias_bcast": "bf16, d 128, s 2048, b 8, h 16: the backward with dbias of a full [b, h, s, s] "
                    "bias (dbias_full) and of [1, h, s, s] / [b, 1, s, s] ones (dbias_bcast, "
                    "summed over the broadcast dim), each against torch EFFICIENT with the same "
@@ -90,11 +99,12 @@ KIND_NOTES = {
 
 KIND_UNITS = {"fwd": "TFLOP/s", "bwd": "TFLOP/s", "dropout": "TFLOP/s", "bias": "TFLOP/s",
               "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s",
-              "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s"}
+              "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s", "hdim": "TFLOP/s", "mla": "TFLOP/s"}
 
 OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
            "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode", "ring_fwd": "ring",
-           "ring_bwd": "ring", "dbias_full": "dbias_bcast", "dbias_bcast": "dbias_bcast"}
+           "ring_bwd": "ring", "dbias_full": "dbias_bcast", "dbias_bcast": "dbias_bcast",
+           "fwd_hdim": "hdim", "bwd_hdim": "hdim", "fwd_mla": "mla", "bwd_mla": "mla"}
 
 # The command that reproduces each kind, from the repository root on a machine with the
 # library built (sdpa finds build/libsdpa.so, or set SDPA_LIBRARY=/path/to/libsdpa.so) and
@@ -110,6 +120,8 @@ COMMANDS = {
     "cpu": "python3 bench/cpu_bench.py --threads {threads}{seqlen_flag}",
     "ring": "python3 bench/ring_bench.py --world {world}",
     "dbias_bcast": "python3 bench/bench.py --dbias-bcast",
+    "hdim": "python3 bench/bench.py --hdim",
+    "mla": "python3 bench/bench.py --mla",
     "train": "python3 tests/python/train_gpt.py {train_flags} --json {path}",
     "upstream": "for s in {seeds}; do KIT_SEED=$s OUT=/tmp/upstream-$s "
                 "SDPA_LIBRARY=$PWD/build-gpu/libsdpa.so bash .upstream/run.sh .; done; "
@@ -129,13 +141,13 @@ COMMAND_NOTES = {
 REF_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_cpu"]
 LABELS = {"sdpa": "sdpa", "torch_flash": "torch FLASH", "torch_cudnn": "torch cuDNN",
           "torch_efficient": "torch EFFICIENT", "torch_cpu": "torch CPU",
-          "s_q": "s_q", "s_k": "s_k", "h": "h", "h_k": "h_k", "b": "b", "d": "d",
+          "s_q": "s_q", "s_k": "s_k", "h": "h", "h_k": "h_k", "b": "b", "d": "d", "d_v": "d_v",
           "causal": "causal", "paged": "paged", "dropout": "dropout p", "dtype": "dtype",
           "threads": "threads", "torch_cp": "torch CP", "sdpa_ring_checked": "sdpa checked",
           "sdpa_local": "sdpa local"}
 SHORT = {"torch_flash": "FLASH", "torch_cudnn": "cuDNN", "torch_efficient": "EFFICIENT",
          "torch_cpu": "torch CPU"}
-SHAPE_ORDER = ["dtype", "d", "causal", "dropout", "s_q", "s_k", "b", "h", "h_k", "paged",
+SHAPE_ORDER = ["dtype", "d", "d_v", "d_bucket", "causal", "dropout", "s_q", "s_k", "b", "h", "h_k", "paged",
                "threads"]
 
 
@@ -145,7 +157,7 @@ def is_diag(k):
 
 def is_measure(k):
     return (k in ("sdpa", "sdpa_graph", "check", "sdpa_kernel", "ratio", "sdpa_local",
-                  "sdpa_ring_checked", "needed_gbps") or k.startswith("torch_")
+                  "sdpa_ring_checked", "needed_gbps", "sdpa_bucket", "sdpa_d192") or k.startswith("torch_")
             or k.startswith("x_") or k.endswith("_ms") or k.endswith("_note") or is_diag(k))
 
 
@@ -407,8 +419,8 @@ def records_table(kind, recs, unit):
     times = [k for k in keys if k.endswith("_ms")]
     diags = [k for k in keys if is_diag(k) and all(not isinstance(r.get(k), (dict, list))
                                                    for r in recs)]
-    extra = [k for k in ("check", "sdpa_kernel", "sdpa_ring_checked", "sdpa_local", "needed_gbps")
-             if k in keys]
+    extra = [k for k in ("sdpa_bucket", "sdpa_d192", "check", "sdpa_kernel", "sdpa_ring_checked",
+                         "sdpa_local", "needed_gbps") if k in keys]
     u = unit.split(" ")[0]
     header = [merged.get(k, label(k)) for k in varying]
     header += [f"{label(k)} [{u}]" for k in ["sdpa"] + refs]
