@@ -353,7 +353,7 @@ static void build_table(void) {
       ADD(.name = "d != d_v sm90", .on = ON_BOTH, .dt = dts2[k & 1], .b = 2, .h = 8,
           .hk = k % 3 == 0 ? 1 : 2, .sq = 70 + 19 * k, .sk = 90 + 23 * k, .d = dq[k % 5],
           .dv = dv[k % 5], .causal = k % 4 != 3, .top_left = k == 5, .dropout = k == 4 ? 0.17f : 0.f,
-          .varlen = k == 6 ? 2 : 0, .sm90 = 1, .rows16 = 1);
+          .varlen = k == 4 || k == 6 ? 2 : 0, .sm90 = 1, .rows16 = 1);
   }
   ADD(.name = "d != d_v sm80", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 300,
       .sk = 333, .d = 192, .dv = 128, .causal = 1, .rows16 = 1, .kernel = "fwd_sm80_bf16_hd192");

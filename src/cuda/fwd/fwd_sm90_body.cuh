@@ -76,10 +76,10 @@
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_DV, SDPA_PASTE(_, SDPA_TY))
 
 /* Whether a tile's softmax overlaps the previous tile's P V
- * (consume_tile_pipe) in the kernel without dropout: with 128 columns of O
- * (d = 128, and MLA's _dv128 row), where it gains; at d 64 and 256, and with
- * dropout, it does not. */
-#define SDPA_FWD_PIPE (SDPA_DV == 128)
+ * (consume_tile_pipe) in the kernel without dropout: with 128 or 192 columns
+ * of O (d = 128, 192, and MLA's _dv128 row), where it gains; at d 64 and 256,
+ * and with dropout, it does not. */
+#define SDPA_FWD_PIPE (SDPA_DV == 128 || SDPA_DV == 192)
 
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
  * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). */
@@ -114,7 +114,7 @@ enum {
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets: multiples of 64 up to 256");
 static_assert(DV % 64 == 0 && DV <= HD, "V's columns: 64-column blocks, at most the bucket");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
-static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
+static_assert(BN == 64 || BN == 96 || BN == 128, "key tiles of 64, 96 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
