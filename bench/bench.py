@@ -14,6 +14,8 @@ docs/design.md §8) and a markdown table beside it, and prints the table.
                                        attn_mask (requires_grad for bwd_bias)
   python3 bench/bench.py --f32         fp32 q, k, v: ops fwd_f32 and bwd_f32, suffix
                                        -f32, against torch's EFFICIENT in fp32
+  python3 bench/bench.py --f32-bias    fp32 with a full bias: ops fwd_bias_f32, bwd_bias_f32,
+                                       suffix -f32_bias, against torch EFFICIENT, checked
   python3 bench/bench.py --hdim        head dims 40 .. 512 off the buckets: ops fwd_hdim,
                                        bwd_hdim, suffix -hdim, against EFFICIENT, FLASH,
                                        CUDNN and sdpa at the bucket the d pads to
@@ -309,14 +311,18 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None, dv=None, nam
     return rec
 
 
-def run_checked(gpu, ops, bias):
-    """The --bias (bf16) or --f32 mode: ops x d {64, 128, 256} x causal x s {1024, 4096},
-    b*s = 16k, h*d = 2048; one results file (suffix -bias / -f32) and its markdown
-    rewritten after every cell. Exits 1 if any cell failed its check."""
-    dtype = "bf16" if bias else "f32"
-    suffix = "-bias" if bias else "-f32"
-    others = ["torch_efficient", "torch_cudnn"] if bias else ["torch_efficient"]
-    if not bias:
+def run_checked(gpu, ops, bias, f32=False):
+    """The --bias (bf16), --f32 or --f32-bias (both) mode: ops x d {64, 128, 256} x causal x
+    s {1024, 4096} (--f32-bias: d {64, 128}, s {1024, 2048, 4096}, ops fwd_bias_f32 /
+    bwd_bias_f32), b*s = 16k, h*d = 2048; one results file (suffix -bias / -f32 /
+    -f32_bias) and its markdown rewritten after every cell. Exits 1 if any cell failed its
+    check."""
+    f32 = f32 or not bias
+    dtype = "f32" if f32 else "bf16"
+    suffix = "-f32_bias" if bias and f32 else "-bias" if bias else "-f32"
+    others = ["torch_efficient", "torch_cudnn"] if bias and not f32 else ["torch_efficient"]
+    dims, seqs = ((64, 128), (1024, 2048, 4096)) if bias and f32 else ((64, 128, 256), (1024, 4096))
+    if f32:
         # no TF32 in torch's own fp32 math (none of it is timed: EFFICIENT's fp32 kernels run
         # 3xTF32 whatever these say); recorded in the results file
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -324,7 +330,8 @@ def run_checked(gpu, ops, bias):
     cols = (["op", "d", "causal", "s_q", "b", "h", "sdpa"] + others +
             ["x_" + n.split("_", 1)[1] for n in others] +
             ["rel_diff_vs_efficient", "check", "sdpa_kernel"])
-    what = ("bf16, full [b, h, s, s] bias, bwd_bias with dbias" if bias else
+    what = ("fp32, full [b, h, s, s] bias, bwd_bias_f32 with dbias; torch EFFICIENT runs 3xTF32"
+            if bias and f32 else "bf16, full [b, h, s, s] bias, bwd_bias with dbias" if bias else
             "fp32; torch EFFICIENT runs 3xTF32 on the tensor cores")
     extra = {"torch": torch.__version__,
              "allow_tf32": {"cuda_matmul": torch.backends.cuda.matmul.allow_tf32,
@@ -335,10 +342,12 @@ def run_checked(gpu, ops, bias):
                       f"max|sdpa - EFFICIENT| / max|EFFICIENT| over the outputs of the first call"}
     records, failed = [], []
     for op in ops:
-        for d in (64, 128, 256):
+        for d in dims:
             for causal in (False, True):
-                for s in (1024, 4096):
-                    rec = bench_checked(op, 16384 // s, s, 2048 // d, d, causal, dtype, bias)
+                for s in seqs:
+                    rec = bench_checked(op, 16384 // s, s, 2048 // d, d, causal, dtype, bias,
+                                        name=f"{op}_bias_f32" if bias and f32 else None,
+                                        backends=others)
                     records.append(rec)
                     # rewritten after every cell: a run cut short keeps what it measured
                     path = write_results(gpu, records, suffix=suffix, extra=extra)
@@ -465,6 +474,8 @@ def main():
                     help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
     ap.add_argument("--f32", action="store_true",
                     help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
+    ap.add_argument("--f32-bias", action="store_true",
+                    help="fp32 with a full bias: fwd_bias_f32, bwd_bias_f32 against torch EFFICIENT")
     ap.add_argument("--dbias-bcast", action="store_true",
                     help="the backward with dbias of broadcast biases against the full one")
     ap.add_argument("--hdim", action="store_true",
@@ -481,7 +492,7 @@ def main():
         return
     if args.bias and args.f32:
         ap.error("--bias and --f32: one mode a run (one results file each)")
-    ops = (args.ops or ("fwd,bwd" if args.bias or args.f32 else "fwd")).split(",")
+    ops = (args.ops or ("fwd,bwd" if args.bias or args.f32 or args.f32_bias else "fwd")).split(",")
     if any(op not in ("fwd", "bwd") for op in ops):
         ap.error(f"--ops {args.ops}: expected fwd, bwd or fwd,bwd")
     gpu = torch.cuda.get_device_name()
@@ -498,8 +509,8 @@ def main():
                       f"torch_flash {pair[0]['torch_flash'] or 0:.0f} -> {pair[1]['torch_flash'] or 0:.0f}",
                       flush=True)
         return
-    if args.bias or args.f32:
-        run_checked(gpu, ops, bias=args.bias)
+    if args.bias or args.f32 or args.f32_bias:
+        run_checked(gpu, ops, bias=args.bias or args.f32_bias, f32=args.f32 or args.f32_bias)
         return
     for op in ops:
         for d in (64, 128, 256):

@@ -38,7 +38,7 @@ OUTPUT = os.path.join(ROOT, "docs", "performance.md")
 
 # ---- operation kinds ---------------------------------------------------------------------
 
-KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "hdim", "mla", "decode", "cpu", "train", "upstream",
+KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "f32_bias", "hdim", "mla", "decode", "cpu", "train", "upstream",
               "ring"]
 
 KIND_TITLES = {
@@ -53,6 +53,7 @@ KIND_TITLES = {
     "upstream": "Upstream test suites (FlashAttention 2.6.3, xformers 0.0.28)",
     "ring": "Context parallelism (ring attention over NCCL, one host)",
     "dbias_bcast": "dbias of broadcast biases (the backward, against the full bias's)",
+    "f32_bias": "fp32 with a full bias",
     "hdim": "Head dims between and past the buckets",
     "mla": "MLA prefill and training shapes (d_qk 192, d_v 128)",
 }
@@ -79,6 +80,9 @@ KIND_NOTES = {
              "include warm-up.",
     "upstream": "The drop-in shims (python/flash_attn_shim, python/xformers_shim) against the "
                 "upstream projects' own test files, unchanged, sampled per seed.",
+    "f32_bias": "fp32 q, k, v and a full [b, h, s, s] fp32 bias (torch: attn_mask); bwd_bias_f32 "
+                "includes dbias; torch EFFICIENT's fp32 kernels run 3xTF32. Outputs checked "
+                "against torch EFFICIENT (`check`, `rel diff`).",
     "hdim": "bf16, s 4096, b 4, h 16, causal off / on, each checked against torch EFFICIENT on "
             "its first call. `sdpa_bucket`: sdpa at d = d_bucket, the bucket the head dim pads "
             "to (same b, s, h). FLOPs count d, not the bucket.",
@@ -99,12 +103,13 @@ KIND_NOTES = {
 
 KIND_UNITS = {"fwd": "TFLOP/s", "bwd": "TFLOP/s", "dropout": "TFLOP/s", "bias": "TFLOP/s",
               "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s",
-              "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s", "hdim": "TFLOP/s", "mla": "TFLOP/s"}
+              "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s", "hdim": "TFLOP/s", "mla": "TFLOP/s",
+              "f32_bias": "TFLOP/s"}
 
 OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
            "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode", "ring_fwd": "ring",
            "ring_bwd": "ring", "dbias_full": "dbias_bcast", "dbias_bcast": "dbias_bcast",
-           "fwd_hdim": "hdim", "bwd_hdim": "hdim", "fwd_mla": "mla", "bwd_mla": "mla"}
+           "fwd_bias_f32": "f32_bias", "bwd_bias_f32": "f32_bias", "fwd_hdim": "hdim", "bwd_hdim": "hdim", "fwd_mla": "mla", "bwd_mla": "mla"}
 
 # The command that reproduces each kind, from the repository root on a machine with the
 # library built (sdpa finds build/libsdpa.so, or set SDPA_LIBRARY=/path/to/libsdpa.so) and
@@ -120,6 +125,7 @@ COMMANDS = {
     "cpu": "python3 bench/cpu_bench.py --threads {threads}{seqlen_flag}",
     "ring": "python3 bench/ring_bench.py --world {world}",
     "dbias_bcast": "python3 bench/bench.py --dbias-bcast",
+    "f32_bias": "python3 bench/bench.py --f32-bias{ops_flag}",
     "hdim": "python3 bench/bench.py --hdim",
     "mla": "python3 bench/bench.py --mla",
     "train": "python3 tests/python/train_gpt.py {train_flags} --json {path}",
@@ -315,7 +321,7 @@ def command_for(kind, f):
     elif kind == "dropout":
         ps = sorted({r.get("dropout") or 0 for r in recs} - {0})
         v["p"] = ",".join(f"{p:g}" for p in ps)
-    elif kind in ("bias", "f32"):
+    elif kind in ("bias", "f32", "f32_bias"):
         ops = sorted({r["op"].split("_")[0] for r in recs}, key=["fwd", "bwd"].index)
         v["ops_flag"] = "" if ops == ["fwd", "bwd"] else " --ops " + ",".join(ops)
     elif kind == "decode":

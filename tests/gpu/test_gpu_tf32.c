@@ -7,7 +7,7 @@
  * every element checked, outputs poisoned first. Each case also asks
  * sdpa_explain_fwd which row it gets: the tf32 row of the head-dim bucket
  * (the first fwd_tf32_ row whose max_head_dim covers d, from the registry
- * listing), or, for what those rows refuse (bias, dropout, d_v != d, rows not
+ * listing), or, for what those rows refuse (dropout, d_v != d, rows not
  * 16-byte aligned, d above the largest bucket), fwd_simt with the refusal
  * reason on the tf32 row's line, and fwd_simt's result is checked the same way.
  *
@@ -18,7 +18,9 @@
  * softcap, an explicit scale, padded strides, 8192 keys (long accumulation),
  * and above d = 128 (the row whose warp pairs split the head dim of Q K^T and
  * trade the partial scores) masks in both alignments, windows, GQA / MQA,
- * varlen, alibi, softcap, padded strides and long key ranges.
+ * varlen, alibi, softcap, padded strides and long key ranges; an additive
+ * bias, full and broadcast over b, h or the query rows, with the masks,
+ * softcap, alibi and both warp geometries.
  *
  *   test_gpu_tf32 [NAME]     the whole matrix (or the cases whose name contains NAME)
  *   test_gpu_tf32 --small    one small problem per tf32 row (compute-sanitizer)
@@ -54,7 +56,8 @@ typedef struct tcase {
   int varlen;           /* sequence 1 empty, sequence 2 without keys, seqused_k on the last */
   int64_t pad;          /* extra elements (multiple of 8) on every stride */
   int contiguous;       /* q / k / v / out rows of exactly d elements (unaligned if d % 4) */
-  int bias;             /* an additive bias (refused by the tf32 rows) */
+  int bias;             /* an additive bias: 1 [b, h, s_q, s_k], 2 [1, h, s_q, s_k],
+                           3 [b, 1, 1, s_k] */
   float dropout;        /* (refused by the tf32 rows) */
   int empty_rows;       /* rows with no visible key are expected */
   const char *refuse;   /* NULL: a tf32 row runs it; else the tf32 row declines with this */
@@ -137,7 +140,8 @@ static void build(const tcase *c, tbufs *f) {
     a->alibi_slopes = f->alibi.h;
   }
   if (c->bias) {
-    const int64_t sb[4] = {c->b, c->h, c->s_q, c->s_k};
+    const int64_t sb[4] = {c->bias == 2 ? 1 : c->b, c->bias == 3 ? 1 : c->h,
+                           c->bias == 3 ? 1 : c->s_q, c->s_k};
     f->bias = alloc_plain(F32, 4, sb);
     test_fill_normal(&f->bias.h, &rng, 1.0);
     a->bias = f->bias.h;
@@ -288,6 +292,8 @@ static void small(void) {
   c = mk("small_hd128_window", 1, 2, 1, 50, 150, 128), c.wl = 30, c.wr = 7, c.alibi = 1;
   c.softcap = 5.f, run_case(&c);
   c = mk("small_hd256_causal", 2, 2, 1, 70, 90, 200), c.causal = 1, c.alibi = 1, run_case(&c);
+  c = mk("small_hd64_bias", 2, 2, 1, 70, 45, 64), c.bias = 1, c.causal = 1, run_case(&c);
+  c = mk("small_hd256_bias", 1, 2, 2, 40, 70, 256), c.bias = 2, c.softcap = 4.f, run_case(&c);
 }
 
 static void full(void) {
@@ -351,8 +357,18 @@ static void full(void) {
   run_case(&c);
   c = mk("hd256_varlen_causal_softcap", 5, 4, 2, 90, 150, 256), c.varlen = 1, c.causal = 1;
   c.softcap = 6.f, c.empty_rows = 1, run_case(&c);
+  /* an additive bias, full and broadcast */
+  c = mk("bias_full_causal", 2, 4, 2, 150, 130, 64), c.bias = 1, c.causal = 1, run_case(&c);
+  c = mk("bias_h_bcast_window", 2, 4, 4, 90, 200, 128), c.bias = 2, c.wl = 30, c.wr = 5;
+  run_case(&c);
+  c = mk("bias_q_bcast_softcap_alibi", 2, 4, 1, 70, 129, 40), c.bias = 3, c.softcap = 5.f;
+  c.alibi = 2, run_case(&c);
+  c = mk("bias_scale_empty_rows", 1, 2, 2, 130, 61, 96), c.bias = 1, c.scale = -0.07f;
+  c.causal = 1, c.empty_rows = 1, run_case(&c);
+  c = mk("bias_hd256_causal_gqa", 2, 4, 2, 100, 170, 256), c.bias = 1, c.causal = 1;
+  run_case(&c);
+  c = mk("bias_hd160_bcast_long", 1, 2, 1, 64, 2100, 160), c.bias = 2, run_case(&c);
   /* what the tf32 rows refuse: fwd_simt runs it, the explain line says why */
-  c = mk("refuse_bias", 1, 2, 2, 40, 50, 64), c.bias = 1, c.refuse = "bias", run_case(&c);
   c = mk("refuse_dropout", 1, 2, 2, 40, 50, 32), c.dropout = 0.2f, c.refuse = "dropout";
   run_case(&c);
   c = mk("refuse_dv_ne_d", 1, 2, 2, 40, 50, 64), c.d_v = 32, c.refuse = "d_v!=d", run_case(&c);

@@ -6,4 +6,5 @@
 #undef SDPA_FWD_IS_BF16
 #undef SDPA_KERNEL
 #undef SDPA_KERNEL_DROP
+#undef SDPA_KERNEL_BIAS
 #undef SDPA_RUN

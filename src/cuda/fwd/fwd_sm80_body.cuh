@@ -69,7 +69,6 @@
 #endif
 
 #include "cuda/fwd/fwd_names.cuh"
-#define SDPA_KERNEL_BIAS SDPA_PASTE(SDPA_KERNEL_NAME, _bias_kernel)
 
 #define SDPA_MMA(d, a, b) mma_m16n8k16(d, a, b, SDPA_FWD_IS_BF16)
 #define SDPA_LO(w) fwd_half_to_f32(w, 0, SDPA_FWD_IS_BF16)
@@ -533,7 +532,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_PACK
 #undef SDPA_LO
 #undef SDPA_HI
-#undef SDPA_KERNEL_BIAS
 #undef SDPA_FULL
 #include "cuda/fwd/fwd_names_undef.cuh"
 #include "cuda/row_undef.cuh"

@@ -12,8 +12,9 @@
  *   extern "C" sdpa_status SDPA_KERNEL_NAME##_run(const sdpa_problem *, const sdpa_kernel_row *)
  * and #undef's the macros at the bottom. Supported: fp32 q / k / v / out with
  * 16-byte aligned rows, d == d_v <= bucket, dense and varlen (+ seqused_k),
- * causal / window in both alignments, alibi, softcap, GQA / MQA, lse, scale.
- * The registry row refuses the rest (bias, dropout, probs, KV cache, forced
+ * causal / window in both alignments, alibi, softcap, an additive bias (any
+ * broadcast, read from global memory: add_bias_f32), GQA / MQA, lse, scale.
+ * The registry row refuses the rest (dropout, probs, KV cache, forced
  * split-KV, d_v != d, unaligned rows), which fwd_simt runs.
  *
  * 3xTF32: every fp32 operand x is split into big = tf32(x) (round to nearest,
@@ -273,12 +274,40 @@ __device__ __forceinline__ void gemm_pv(float (*o)[DT][4], const uint32_t (*ph)[
   }
 }
 
+/* ---- the bias ------------------------------------------------------------------ */
+
+/* s = smul * s + log2(e) * bias for this lane's scores (rows row_i(mt, hf),
+ * keys n0 + 8 nt + 2t and + 1), read from global memory (blockIdx.(z, y) = (b,
+ * h); the broadcast dims have stride 0, keys stride 1): the tile's rows stay
+ * in L1 for the four lanes of a quad and, above d = 128, the warp pair. Rows
+ * past s_q and keys past s_k read the last ones instead (clamped, not
+ * predicated: fewer live registers): those scores are masked or never
+ * stored. */
+__device__ __forceinline__ void add_bias_f32(float (*s)[NT][4], const sdpa_problem *p,
+                                             const fwd_rows *rw, int n0, int t, float smul) {
+  const float *base = (const float *)p->bias + blockIdx.z * p->bias_sb + blockIdx.y * p->bias_sh;
+  const int jlast = rw->sk - 1;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const float *r = base + (int64_t)min(row_i(rw, mt, hf), (int)p->s_q - 1) * p->bias_sq;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int j = n0 + 2 * t + nt * 8;
+        const float b0 = __ldg(r + min(j, jlast)), b1 = __ldg(r + min(j + 1, jlast));
+        s[mt][nt][2 * hf] = fmaf(s[mt][nt][2 * hf], smul, b0 * SDPA_LOG2E);
+        s[mt][nt][2 * hf + 1] = fmaf(s[mt][nt][2 * hf + 1], smul, b1 * SDPA_LOG2E);
+      }
+    }
+}
+
 /* ---- the kernel ---------------------------------------------------------------- */
 
-extern "C" __global__ void __launch_bounds__(NTHREADS)
-    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_params prm_) {
+/* The kernel body; bias (a literal at each kernel) compiles the bias in or
+ * out, so the kernel without it keeps its registers. */
+__device__ __forceinline__ void fwd_tf32(const sdpa_fwd_params *prm, const int bias) {
   extern __shared__ __align__(128) float4 smem[];
-  const sdpa_fwd_params *prm = &prm_;
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, warp = tid >> 5, rgrp = warp / DSPLIT, dh = warp % DSPLIT;
   const int g = (tid & 31) >> 2, t = tid & 3;
@@ -330,7 +359,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     gemm_qk(s, &L);
     if (DSPLIT > 1) /* partial over half the head dim: add the partner's */
       s_exchange(s, xs + warp * XCH * 32, xs + (warp ^ 1) * XCH * 32, 1 + rgrp);
-    scores_pre(s, prm, !prm->fold);
+    /* without softcap the bias's FFMA applies score_mul (fold is off with a bias) */
+    const int bias_scales = bias && !prm->has_softcap;
+    scores_pre(s, prm, !prm->fold && !bias_scales);
+    if (bias) add_bias_f32(s, p, &kb.rw, n0, t, bias_scales ? prm->score_mul : 1.f);
     scores_post(s, prm, &kb, n0, t, n0 < kb.lo1 || n0 + BN > kb.hi0);
     softmax_step(s, o, row_max, row_sum, prm->exp_mul);
     uint32_t ph[MT][NT][4], pl[MT][NT][4]; /* P as A operands: a0 = c0, a1 = c2, a2 = c1, a3 = c3 */
@@ -387,25 +419,39 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
     }
 }
 
+/* Two kernels: without and with a bias (the run function picks by p->bias). */
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+    SDPA_KERNEL(const __grid_constant__ sdpa_fwd_params prm) {
+  fwd_tf32(&prm, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+    SDPA_KERNEL_BIAS(const __grid_constant__ sdpa_fwd_params prm) {
+  fwd_tf32(&prm, 1);
+}
+
 /* ---- host launch -------------------------------------------------------------- */
 
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
-  static unsigned char smem_set[SDPA_MAX_DEVICES]; /* per device: dynamic shared-memory limit raised */
+  /* per device and kernel: dynamic shared-memory limit raised */
+  static unsigned char smem_set[SDPA_MAX_DEVICES], smem_set_bias[SDPA_MAX_DEVICES];
   (void)row;
   sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
-  if (p->dtype != SDPA_DTYPE_F32 || p->d > HD || p->d != p->d_v || p->bias || p->probs ||
+  if (p->dtype != SDPA_DTYPE_F32 || p->d > HD || p->d != p->d_v || p->probs ||
       p->dropout_p > 0.f || p->layout == SDPA_LAYOUT_CACHE || p->num_splits > 1)
     return sdpa_fail(SDPA_ERR_INTERNAL,
                      "%s: dispatched a problem its registry row does not list (dtype %s, d = %lld, "
-                     "d_v = %lld, bucket %d; bias, probs, dropout, KV cache or forced splits)",
+                     "d_v = %lld, bucket %d; probs, dropout, KV cache or forced splits)",
                      SDPA_STR(SDPA_KERNEL_NAME), sdpa_dtype_string(p->dtype), (long long)p->d,
                      (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   sdpa_fwd_params prm;
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
-  return sdpa_kernel_launch1((const void *)SDPA_KERNEL, &prm, p->stream, grid, NTHREADS, SMEM_BYTES, smem_set,
-                         SDPA_STR(SDPA_KERNEL_NAME));
+  const int bias = p->bias != NULL;
+  return sdpa_kernel_launch1(bias ? (const void *)SDPA_KERNEL_BIAS : (const void *)SDPA_KERNEL, &prm,
+                             p->stream, grid, NTHREADS, SMEM_BYTES, bias ? smem_set_bias : smem_set,
+                             SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #include "cuda/fwd/fwd_names_undef.cuh"
