@@ -73,16 +73,19 @@ def graph_of(fn):
 
 
 def time_cell(libs, make, rounds, graph):
-    """Median ms of each build; make() gives the call (after use_library)."""
-    runs = []
+    """Median ms of each build; make() gives the call (after use_library). An eager
+    call runs on the library current when it runs: each build's is made current
+    before its timing (a graph keeps the kernels it captured)."""
+    runs, loaded = [], []
     for _, path in libs:
-        common.use_library(path)
+        loaded.append(common.use_library(path))
         fn = make()
         runs.append(graph_of(fn).replay if graph else fn)
     times = [[] for _ in libs]
     for r in range(rounds):
         for x in range(len(libs)):
             i = (r + x) % len(libs)
+            common.use_loaded(loaded[i])
             times[i].append(common.cuda_time_ms(runs[i], warmup=2, reps=10, trials=1))
     return [statistics.median(t) for t in times]
 

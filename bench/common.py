@@ -116,11 +116,19 @@ def parse_libs(s):
 
 def use_library(path):
     """Load another build of libsdpa (the .so at path) in place of the current
-    one: sdpa's calls from here on go to it."""
+    one: sdpa's calls from here on go to it (a call goes to the library current
+    when it runs, not when the lambda making it was written). Returns the
+    library, for use_loaded."""
     from sdpa import _lib
     os.environ["SDPA_LIBRARY"] = path
     _lib._lib = None
-    _lib.lib()
+    return _lib.lib()
+
+
+def use_loaded(lib):
+    """Send sdpa's calls to lib (a use_library result) again."""
+    from sdpa import _lib
+    _lib._lib = lib
 
 
 def markdown_table(records, cols):
