@@ -7,7 +7,7 @@
  *   SDPA_DTYPE         BF16 or F16
  *   SDPA_HDIM          head-dim bucket: 64, 128, 192 or 256
  *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup
- *   SDPA_BLOCK_N       keys per tile: 64 or 128
+ *   SDPA_BLOCK_N       keys per tile: 64, 96 or 128
  *   SDPA_WARPS         4 x (consumer warpgroups + 1)
  *   SDPA_DV            (a _dv row, optional) V's and O's columns when d_v is
  *                      below the bucket (MLA's 192 / 128): P V is m64n<DV>
@@ -16,8 +16,8 @@
  * and includes this file, which defines SDPA_KERNEL_NAME##_kernel and
  * extern "C" SDPA_KERNEL_NAME##_run.
  *
- * Structure (FlashAttention-3's; its intra-warpgroup pipelining at d = 128
- * without dropout only, SDPA_FWD_PIPE):
+ * Structure (FlashAttention-3's; its intra-warpgroup pipelining with 128 or
+ * 192 columns of O, without dropout, SDPA_FWD_PIPE):
  * warpgroup 0 is the producer: one thread issues the copies of Q (once) and
  * of each key tile's K and V into a two-stage ring of 128-byte-swizzled
  * shared tiles, each completing on its stage's "full" mbarrier; the
@@ -68,7 +68,7 @@
 #define SDPA_PACK pack_f16x2
 #define SDPA_TY f16
 #endif
-/* S = Q K^T is m64n<BLOCK_N>, O += P V is m64n<HDIM> */
+/* S = Q K^T is m64n<BLOCK_N>, O += P V is m64n<DV> (the bucket but in a _dv row) */
 #define SDPA_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
 #ifndef SDPA_DV
 #define SDPA_DV SDPA_HDIM
@@ -479,8 +479,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   (void)row; /* the registry matched dtype, bucket, features and sdpa_fwd_sm90_refuse */
   sdpa_trace_run(SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d_v > DV)
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
-                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+    return sdpa_fail(SDPA_ERR_INTERNAL,
+                     "%s: d = %lld, d_v = %lld outside this kernel's d <= %d, d_v <= %d",
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD,
+                     (int)DV);
   if (p->b == 0 || p->h == 0 || p->s_q == 0) return SDPA_OK;
   sdpa_fwd_sm90_params prm;
   const char *unmapped = sdpa_fwd_sm90_maps(p, BN, &prm);
