@@ -4,29 +4,13 @@
  * accumulator into the caller's tensor. Memory-bound grid-stride loops on the
  * compute stream; buffers are stream-ordered allocations on it.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "error.h"
 #include "ring/ring.h"
+#include "cuda/simt/simt_common.cuh" /* simt_ld, simt_st: the dtypes to and from fp32 */
 
 enum { OPS_THREADS = 256, OPS_MAX_BLOCKS = 4096 };
-
-__device__ __forceinline__ float ops_load(const void *p, int dt, int64_t i) {
-  if (dt == SDPA_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-  if (dt == SDPA_DTYPE_F16) return __half2float(((const __half *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ void ops_store(void *p, int dt, int64_t i, float x) {
-  if (dt == SDPA_DTYPE_BF16)
-    ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
-  else if (dt == SDPA_DTYPE_F16)
-    ((__half *)p)[i] = __float2half_rn(x);
-  else
-    ((float *)p)[i] = x;
-}
 
 extern "C" __global__ void sdpa_ring_fill_kernel(float *x, int64_t n, float value) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -41,7 +25,7 @@ extern "C" __global__ void sdpa_ring_add_kernel(float *acc, int64_t acc_stride, 
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < cols;
          c += (int64_t)gridDim.x * blockDim.x)
-      acc[r * acc_stride + c] += ops_load(part, dt, r * part_stride + c);
+      acc[r * acc_stride + c] += simt_ld(part, (sdpa_dtype)dt, r * part_stride + c);
 }
 
 /* element i of the contiguous [B, S, H, X] source to its strided place */
@@ -51,7 +35,7 @@ extern "C" __global__ void sdpa_ring_store_kernel(const float *src, void *dst, i
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t x = i % X, r = i / X, hh = r % H, r2 = r / H, s = r2 % S, b = r2 / S;
-    ops_store(dst, dt, b * sb + s * ss + hh * sh + x, src[i]);
+    simt_st(dst, (sdpa_dtype)dt, b * sb + s * ss + hh * sh + x, src[i]);
   }
 }
 
