@@ -78,6 +78,20 @@ def scaled_time_ms(fn):
     return cuda_time_ms(fn, warmup=1, reps=reps, trials=7 if one_ms < 50 else 3)
 
 
+def sdpa_tflops(op, q, k, v, causal, label, dropout=0.0, dout=None):
+    """TFLOP/s of sdpa's forward (op "fwd...", with dropout p) or backward ("bwd...", of
+    dout, random by default) on q, k, v ([b, s, h, d], v's d may differ)."""
+    b, s, h, d = q.shape
+    fl = flops(op, b, h, s, k.shape[1], d, causal, v.shape[-1])
+    if op.startswith("fwd"):
+        out = torch.empty(b, s, h, v.shape[-1], device=q.device, dtype=q.dtype)
+        return tflops(fl, lambda: sdpa.forward(q, k, v, causal=causal, dropout_p=dropout, seed=1,
+                                               out=out), label)
+    out, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
+    dout = torch.randn_like(out) if dout is None else dout
+    return tflops(fl, lambda: sdpa.backward(dout, q, k, v, out, lse, causal=causal), label)
+
+
 def bench_one(op, b, s, h, d, causal, dropout=0.0):
     torch.manual_seed(0)
     # sdpa's layout is [b, s, h, d]; torch takes [b, h, s, d]: the same storage, transposed views.
@@ -89,20 +103,15 @@ def bench_one(op, b, s, h, d, causal, dropout=0.0):
            "causal": causal, "paged": 0, "dropout": dropout}
     fl = flops(op, b, h, s, s, d, causal)
     label = f"{op} b={b} s={s} d={d} causal={causal}"
+    dout = torch.randn_like(q) if op == "bwd" else None
+    rec["sdpa"] = sdpa_tflops(op, q, k, v, causal, label, dropout, dout)
     if op == "fwd":
-        out = torch.empty_like(q)
-        rec["sdpa"] = tflops(fl, lambda: sdpa.forward(q, k, v, causal=causal, dropout_p=dropout,
-                                                      seed=1, out=out), label)
         for name, be in TORCH_BACKENDS.items():
             def run(be=be):
                 with sdpa_kernel(be):
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, dropout_p=dropout)
             rec[name] = tflops(fl, run, label)
     else:
-        out, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
-        dout = torch.randn_like(out)
-        rec["sdpa"] = tflops(fl, lambda: sdpa.backward(dout, q, k, v, out, lse, causal=causal),
-                             label)
         for name, be in TORCH_BACKENDS.items():
             try:
                 with sdpa_kernel(be):
@@ -311,13 +320,12 @@ def bench_checked(op, b, s, h, d, causal, dtype, bias, bshape=None, dv=None, nam
     return rec
 
 
-def run_checked(gpu, ops, bias, f32=False):
+def run_checked(gpu, ops, bias, f32):
     """The --bias (bf16), --f32 or --f32-bias (both) mode: ops x d {64, 128, 256} x causal x
     s {1024, 4096} (--f32-bias: d {64, 128}, s {1024, 2048, 4096}, ops fwd_bias_f32 /
     bwd_bias_f32), b*s = 16k, h*d = 2048; one results file (suffix -bias / -f32 /
     -f32_bias) and its markdown rewritten after every cell. Exits 1 if any cell failed its
     check."""
-    f32 = f32 or not bias
     dtype = "f32" if f32 else "bf16"
     suffix = "-f32_bias" if bias and f32 else "-bias" if bias else "-f32"
     others = ["torch_efficient", "torch_cudnn"] if bias and not f32 else ["torch_efficient"]
@@ -402,19 +410,12 @@ HDIMS = (40, 72, 80, 96, 112, 160, 192, 320, 512)
 BUCKETS = (64, 96, 128, 192, 256)
 
 
-def sdpa_only(op, b, s, h, d, dv, causal):
-    """TFLOP/s of sdpa alone on the shape (no check: the --hdim / --mla cells' own-bucket
+def sdpa_only(op, b, s, h, d, causal):
+    """TFLOP/s of sdpa alone at d = d_v (no check: the --hdim / --mla cells' own-bucket
     reference)."""
     torch.manual_seed(0)
-    q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    v = torch.randn(b, s, h, dv, device="cuda", dtype=torch.bfloat16)
-    fl = flops(op, b, h, s, s, d, causal, dv)
-    if op.startswith("fwd"):
-        out = torch.empty_like(v)
-        return tflops(fl, lambda: sdpa.forward(q, k, v, causal=causal, out=out), f"{op} d={d}")
-    o, lse = sdpa.forward(q, k, v, causal=causal, return_lse=True)
-    do = torch.randn_like(o)
-    return tflops(fl, lambda: sdpa.backward(do, q, k, v, o, lse, causal=causal), f"{op} d={d}")
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    return sdpa_tflops(op, q, k, v, causal, f"{op} d={d}")
 
 
 def run_shapes(gpu, mode, ops):
@@ -448,9 +449,9 @@ def run_shapes(gpu, mode, ops):
                     bucket = next((x for x in BUCKETS if x >= d), None)
                     if bucket and bucket != d:
                         rec["d_bucket"] = bucket
-                        rec[own] = sdpa_only(op, b, s, 16, bucket, bucket, causal)
+                        rec[own] = sdpa_only(op, b, s, 16, bucket, causal)
                 else:
-                    rec[own] = sdpa_only(op, b, s, 16, 192, 192, causal)
+                    rec[own] = sdpa_only(op, b, s, 16, 192, causal)
                 records.append(rec)
                 write_results(gpu, records, suffix=suffix, extra=extra)
                 if rec["check"].startswith("FAIL"):
@@ -468,34 +469,33 @@ def main():
     ap.add_argument("--ops", default=None,
                     help="fwd, bwd or fwd,bwd (default fwd; fwd,bwd with --bias or --f32)")
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
-    ap.add_argument("--dropout", type=float, default=0.0,
-                    help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
-    ap.add_argument("--bias", action="store_true",
-                    help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
-    ap.add_argument("--f32", action="store_true",
-                    help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
-    ap.add_argument("--f32-bias", action="store_true",
-                    help="fp32 with a full bias: fwd_bias_f32, bwd_bias_f32 against torch EFFICIENT")
-    ap.add_argument("--dbias-bcast", action="store_true",
-                    help="the backward with dbias of broadcast biases against the full one")
-    ap.add_argument("--hdim", action="store_true",
-                    help="fwd_hdim / bwd_hdim: head dims off the grid's buckets, checked")
-    ap.add_argument("--mla", action="store_true",
-                    help="fwd_mla / bwd_mla: d_qk 192, d_v 128, s 2k-16k, checked")
+    mode = ap.add_mutually_exclusive_group()  # one mode a run (one results file each)
+    mode.add_argument("--dropout", type=float, default=0.0,
+                      help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
+    mode.add_argument("--bias", action="store_true",
+                      help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
+    mode.add_argument("--f32", action="store_true",
+                      help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
+    mode.add_argument("--f32-bias", action="store_true",
+                      help="fp32 with a full bias: fwd_bias_f32, bwd_bias_f32 against torch EFFICIENT")
+    mode.add_argument("--dbias-bcast", action="store_true",
+                      help="the backward with dbias of broadcast biases against the full one")
+    mode.add_argument("--hdim", action="store_true",
+                      help="fwd_hdim / bwd_hdim: head dims off the grid's buckets, checked")
+    mode.add_argument("--mla", action="store_true",
+                      help="fwd_mla / bwd_mla: d_qk 192, d_v 128, s 2k-16k, checked")
     args = ap.parse_args()
-    if args.hdim or args.mla:
-        ops = (args.ops or "fwd,bwd").split(",")
-        run_shapes(torch.cuda.get_device_name(), "hdim" if args.hdim else "mla", ops)
-        return
-    if args.dbias_bcast:
-        run_dbias_bcast(torch.cuda.get_device_name())
-        return
-    if args.bias and args.f32:
-        ap.error("--bias and --f32: one mode a run (one results file each)")
-    ops = (args.ops or ("fwd,bwd" if args.bias or args.f32 or args.f32_bias else "fwd")).split(",")
+    both = args.bias or args.f32 or args.f32_bias or args.hdim or args.mla
+    ops = (args.ops or ("fwd,bwd" if both else "fwd")).split(",")
     if any(op not in ("fwd", "bwd") for op in ops):
         ap.error(f"--ops {args.ops}: expected fwd, bwd or fwd,bwd")
     gpu = torch.cuda.get_device_name()
+    if args.hdim or args.mla:
+        run_shapes(gpu, "hdim" if args.hdim else "mla", ops)
+        return
+    if args.dbias_bcast:
+        run_dbias_bcast(gpu)
+        return
     seqs = [1024, 4096] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     records = []
     if args.dropout > 0:
