@@ -472,18 +472,15 @@ def main():
     mode = ap.add_mutually_exclusive_group()  # one mode a run (one results file each)
     mode.add_argument("--dropout", type=float, default=0.0,
                       help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
-    mode.add_argument("--bias", action="store_true",
-                      help="a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}")
-    mode.add_argument("--f32", action="store_true",
-                      help="fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}")
-    mode.add_argument("--f32-bias", action="store_true",
-                      help="fp32 with a full bias: fwd_bias_f32, bwd_bias_f32 against torch EFFICIENT")
-    mode.add_argument("--dbias-bcast", action="store_true",
-                      help="the backward with dbias of broadcast biases against the full one")
-    mode.add_argument("--hdim", action="store_true",
-                      help="fwd_hdim / bwd_hdim: head dims off the grid's buckets, checked")
-    mode.add_argument("--mla", action="store_true",
-                      help="fwd_mla / bwd_mla: d_qk 192, d_v 128, s 2k-16k, checked")
+    for flag, what in (
+            ("--bias", "a full bf16 bias: fwd_bias, bwd_bias (with dbias), s in {1024, 4096}"),
+            ("--f32", "fp32: fwd_f32, bwd_f32 against torch EFFICIENT, s in {1024, 4096}"),
+            ("--f32-bias", "fp32 with a full bias: fwd_bias_f32, bwd_bias_f32 against torch "
+                           "EFFICIENT"),
+            ("--dbias-bcast", "the backward with dbias of broadcast biases against the full one"),
+            ("--hdim", "fwd_hdim / bwd_hdim: head dims off the grid's buckets, checked"),
+            ("--mla", "fwd_mla / bwd_mla: d_qk 192, d_v 128, s 2k-16k, checked")):
+        mode.add_argument(flag, action="store_true", help=what)
     args = ap.parse_args()
     both = args.bias or args.f32 or args.f32_bias or args.hdim or args.mla
     ops = (args.ops or ("fwd,bwd" if both else "fwd")).split(",")
