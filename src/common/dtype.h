@@ -102,4 +102,13 @@ static inline void sdpa_store(void *base, sdpa_dtype t, int64_t idx, float x) {
   }
 }
 
+/* x rounded to what dtype t stores (x itself for f32) */
+static inline float sdpa_round(sdpa_dtype t, float x) {
+  switch (t) {
+  case SDPA_DTYPE_F16: return sdpa_f16_to_f32(sdpa_f32_to_f16(x));
+  case SDPA_DTYPE_BF16: return sdpa_bf16_to_f32(sdpa_f32_to_bf16(x));
+  default: return x;
+  }
+}
+
 #endif /* SDPA_DTYPE_H */
