@@ -443,8 +443,7 @@ def run_shapes(gpu, mode, ops):
         for d, dv, s, b in cells:
             for causal in (False, True):
                 rec = bench_checked(op, b, s, 16, d, causal, "bf16", False, dv=dv,
-                                    name=f"{op}_{mode}", backends=("torch_efficient",
-                                                                   "torch_flash", "torch_cudnn"))
+                                    name=f"{op}_{mode}", backends=others)
                 if mode == "hdim":
                     bucket = next((x for x in BUCKETS if x >= d), None)
                     if bucket and bucket != d:
