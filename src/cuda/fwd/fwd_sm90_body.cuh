@@ -450,16 +450,21 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
 #endif
 }
 
-/* Two kernels: without and with dropout (the plain one keeps its registers). */
+/* Two kernels: without and with dropout (the plain one keeps its registers).
+ * A _dv row has no dropout kernel: its family does not list dropout, so the
+ * registry never gives it one. */
+#define SDPA_FWD_SM90_DROP (SDPA_DV == SDPA_HDIM)
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm90_params prm) {
   fwd_sm90(&prm, 0);
 }
 
+#if SDPA_FWD_SM90_DROP
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     SDPA_KERNEL_DROP(const __grid_constant__ sdpa_fwd_sm90_params prm) {
   fwd_sm90(&prm, 1);
 }
+#endif
 
 /* ---- host launch -------------------------------------------------------------- */
 
@@ -492,14 +497,22 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   dim3 grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &grid));
   const int drop = prm.base.has_dropout;
-  return sdpa_kernel_launch1(drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL,
-                             &prm, p->stream, grid, NTHREADS, SMEM_BYTES,
+#if SDPA_FWD_SM90_DROP
+  const void *kernel = drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL;
+#else
+  if (drop) /* the family's features leave dropout out */
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: dropout reached a row without a dropout kernel",
+                     SDPA_STR(SDPA_KERNEL_NAME));
+  const void *kernel = (const void *)SDPA_KERNEL;
+#endif
+  return sdpa_kernel_launch1(kernel, &prm, p->stream, grid, NTHREADS, SMEM_BYTES,
                              drop ? smem_set_drop : smem_set, SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_WG_QK
 #undef SDPA_MASK_BY_PRODUCER
 #undef SDPA_FWD_PIPE
+#undef SDPA_FWD_SM90_DROP
 #undef SDPA_WG_PV
 #undef SDPA_DV
 #undef SDPA_PACK
