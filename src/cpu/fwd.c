@@ -109,13 +109,8 @@ static void load_q(const sdpa_problem *p, int64_t b, int64_t hh, int64_t i0, int
     const int64_t i = i0 + r;
     sdpa_cpu_load_row(elem_ptr(p->q, p->dtype, sdpa_q_offset(p, p->q_st, b, i, hh)), p->dtype,
                       p->d, q + r * p->d);
-    if (p->layout == SDPA_LAYOUT_CACHE && p->rotary_dim > 0) {
-      /* rotated q rounded to the storage dtype, as the GPU's fragments and
-       * FlashAttention's rotated q tensor hold it */
-      float *qr = q + r * p->d;
-      sdpa_cpu_rotary_row(p, qr, sdpa_rotary_q_pos(p, b, i));
-      for (int64_t e = 0; e < p->rotary_dim; ++e) qr[e] = sdpa_round(p->dtype, qr[e]);
-    }
+    if (p->layout == SDPA_LAYOUT_CACHE && p->rotary_dim > 0)
+      sdpa_cpu_rotary_row(p, q + r * p->d, sdpa_rotary_q_pos(p, b, i));
   }
 }
 

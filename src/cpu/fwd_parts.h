@@ -12,7 +12,9 @@
 #include "../problem.h"
 
 /* Rotary embedding of one fp32 row at position pos, in place (elements
- * [0, p->rotary_dim); the rest is untouched). Requires p->rotary_dim > 0. */
+ * [0, p->rotary_dim); the rest is untouched), rounded to the storage dtype:
+ * a rotated row is what the cache stores, and the rotated q as the GPU's
+ * fragments and FlashAttention hold it. Requires p->rotary_dim > 0. */
 void sdpa_cpu_rotary_row(const sdpa_problem *p, float *x, int64_t pos);
 
 /* Writes k_new / v_new (k_new rotated when rotary is on) into the cache at

@@ -30,6 +30,7 @@ void sdpa_cpu_rotary_row(const sdpa_problem *p, float *x, int64_t pos) {
       x[k + half] = x0 * s[k] + x1 * c[k];
     }
   }
+  for (int64_t k = 0; k < p->rotary_dim; ++k) x[k] = sdpa_round(p->dtype, x[k]);
 }
 
 void sdpa_cpu_load_row(const void *src, sdpa_dtype t, int64_t n, float *dst) {
