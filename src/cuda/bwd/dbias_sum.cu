@@ -26,30 +26,65 @@ extern "C" void sdpa_dbias_full_view(const sdpa_problem *p, void *full, sdpa_pro
   q->dbias_nb = p->b, q->dbias_nh = p->h, q->dbias_nq = p->s_q;
 }
 
+/* One 16-byte chunk of a row of the full gradient as fp32: n < its width
+ * only at the end of a row whose length is not a multiple of it, where the
+ * rows are not 16-byte aligned either and go element by element. */
+__device__ __forceinline__ void dbias_add_chunk(const char *at, sdpa_dtype t, int n, int vec,
+                                                float *acc) {
+  if (vec) {
+    const uint4 w = *(const uint4 *)at;
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    if (t == SDPA_DTYPE_F32) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] += __uint_as_float(u[i]);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += simt_ld(u, t, i);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (i < n) acc[i] += simt_ld(at, t, i);
+}
+
+/* A thread sums one 16-byte chunk of an output row: its row's indices are
+ * worked out once, and each broadcast step reads a whole chunk. The order
+ * over (b, h, q) is fixed, so the result does not depend on the run. */
 __global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ sdpa_problem p,
                                                         const void *full) {
-  const int64_t n = p.dbias_nb * p.dbias_nh * p.dbias_nq * p.s_k;
+  const int es = p.dtype == SDPA_DTYPE_F32 ? 4 : 2, per = 16 / es;
+  const int vec = p.s_k % per == 0;
+  const int64_t chunks = (p.s_k + per - 1) / per;
+  const int64_t n = p.dbias_nb * p.dbias_nh * p.dbias_nq * chunks;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
        o += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t k = o % p.s_k, r = o / p.s_k;
+    const int64_t c = o % chunks, r = o / chunks;
     const int64_t q = r % p.dbias_nq, bh = r / p.dbias_nq;
     const int64_t hh = bh % p.dbias_nh, b = bh / p.dbias_nh;
+    const int64_t k0 = c * per;
+    const int cnt = (int)(p.s_k - k0 < per ? p.s_k - k0 : per);
     /* a broadcast dim (extent 1) sums every index of the problem's */
     const int64_t b0 = p.dbias_nb == 1 ? 0 : b, b1 = p.dbias_nb == 1 ? p.b : b + 1;
     const int64_t h0 = p.dbias_nh == 1 ? 0 : hh, h1 = p.dbias_nh == 1 ? p.h : hh + 1;
     const int64_t q0 = p.dbias_nq == 1 ? 0 : q, q1 = p.dbias_nq == 1 ? p.s_q : q + 1;
-    float acc = 0.f;
+    const size_t row = (size_t)p.s_k * es;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     for (int64_t bi = b0; bi < b1; ++bi)
-      for (int64_t hi = h0; hi < h1; ++hi)
-        for (int64_t qi = q0; qi < q1; ++qi)
-          acc += simt_ld(full, p.dtype, ((bi * p.h + hi) * p.s_q + qi) * p.s_k + k);
-    simt_st(p.dbias, p.dtype, b * p.dbias_sb + hh * p.dbias_sh + q * p.dbias_sq + k * p.dbias_sk,
-            acc);
+      for (int64_t hi = h0; hi < h1; ++hi) {
+        const char *at = (const char *)full + ((bi * p.h + hi) * p.s_q + q0) * row + k0 * es;
+        for (int64_t qi = q0; qi < q1; ++qi, at += row) dbias_add_chunk(at, p.dtype, cnt, vec, acc);
+      }
+    const int64_t out = b * p.dbias_sb + hh * p.dbias_sh + q * p.dbias_sq + k0 * p.dbias_sk;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (i < cnt) simt_st(p.dbias, p.dtype, out + i * p.dbias_sk, acc[i]);
   }
 }
 
 extern "C" sdpa_status sdpa_dbias_sum(const sdpa_problem *p, const void *full, const char *who) {
-  const int64_t n = p->dbias_nb * p->dbias_nh * p->dbias_nq * p->s_k;
+  const int64_t per = p->dtype == SDPA_DTYPE_F32 ? 4 : 8;
+  const int64_t n = p->dbias_nb * p->dbias_nh * p->dbias_nq * ((p->s_k + per - 1) / per);
   if (n == 0) return SDPA_OK;
   const int64_t blocks = (n + 255) / 256;
   dbias_sum_kernel<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0,
