@@ -149,21 +149,33 @@ extern "C" size_t SDPA_WS(const sdpa_problem *p, const sdpa_kernel_row *row) {
   return SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(p, &full_at);
 }
 
-#if SDPA_BWD_BIAS
-/* A dbias summed over broadcast dims goes through the full gradient, which
- * the kernels write for every (i < s_q, j < s_k) of a dense problem but not
+/* A device whose blocks cannot have the shared memory the kernels take (an
+ * A100's 163 KB against a 226 KB block) is refused, so the registry moves
+ * on to a row that fits instead of failing at the opt-in. A bias row's dbias
+ * summed over broadcast dims goes through the full gradient, which the
+ * kernels write for every (i < s_q, j < s_k) of a dense problem but not
  * past a varlen or seqused_k sequence's end. */
 extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
   (void)row;
-  if (sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
+#if SDPA_BWD_DQ_KERNEL
+  const int smem = (int)(SMEM_BYTES > DQ_SMEM_BYTES ? SMEM_BYTES : DQ_SMEM_BYTES);
+#else
+  const int smem = (int)SMEM_BYTES;
+#endif
+  const int optin = sdpa_cuda_smem_optin();
+  if (optin > 0 && smem > optin) {
+    snprintf(why, n, "its block takes %d bytes of shared memory; this device allows %d", smem,
+             optin);
+    return why;
+  }
+  if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;
   }
   return NULL;
 }
-#endif
 
 static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *prm) {
   const sdpa_problem *p = &prm->p;
