@@ -24,7 +24,8 @@
  * deterministic), and a broadcast dbias routed to bwd_simt. On sm_90 in a
  * build with the Hopper bias rows (bwd_sm90_bias_*, d in (32, 64] and (96,
  * 128]) the registry must select those instead (.hopper), and the case runs
- * again forced onto its sm80 row, so both stay tested there.
+ * again forced onto its sm80 row, so both stay tested there. Then the fp32
+ * backward's bias rows (bwd_tf32_*_bias) the same way.
  *
  *   test_gpu_simt            the whole matrix
  *   test_gpu_simt --small    a few small problems (for compute-sanitizer)
@@ -509,6 +510,7 @@ static int run_bwd(const scase *c) {
                 sdpa_last_error());
     void *ws = NULL;
     CUDA_OK(cudaMalloc(&ws, ws_bytes));
+    CUDA_OK(cudaMemset(ws, 0xff, ws_bytes)); /* a hole in a summed full dbias shows as NaN */
     db.workspace = ws, db.workspace_size = ws_bytes;
     st = gpu_bwd(&db);
     TEST_EXPECT(st == SDPA_OK, "%s: sdpa_bwd with a workspace: %s", c->name, sdpa_last_error());
@@ -597,6 +599,44 @@ static void fast_bias(void) {
   c.dbias = 1, c.dropout = 0.17f, c.expect = "bwd_sm80_bf16_hd256_bias", run_bwd(&c);
 }
 
+/* fp32 with a bias on the tensor cores (bwd_tf32_*_bias): every bucket
+ * (and the warp pairs above d = 128), masks in both alignments and a window
+ * over many query blocks (skipped blocks: dbias must come back zero), -inf
+ * bias entries, softcap, alibi, GQA, unaligned bias rows, atomic and
+ * deterministic, dbias summed over b / h / q / all of them, no dbias; dropout
+ * goes to bwd_simt. */
+static void tf32_bias(void) {
+  scase c;
+  c = mk("tb_d32_causal", F32, 2, 2, 2, 150, 130, 32, 32), c.bias = 1, c.dbias = 1;
+  c.causal = 1, c.bias_ninf = 1, c.expect = "bwd_tf32_hd32_bias", run_bwd(&c);
+  c = mk("tb_d64_window_steps", F32, 1, 4, 2, 600, 300, 64, 64), c.bias = 1, c.dbias = 1;
+  c.wset = 1, c.wl = 40, c.wr = 10, c.expect = "bwd_tf32_hd64_bias", run_bwd(&c);
+  c = mk("tb_d80_softcap_alibi_atomic", F32, 2, 4, 4, 90, 140, 80, 80), c.bias = 1 | BC_B;
+  c.dbias = 1, c.softcap = 3.f, c.alibi = 2, c.atomic = 1, c.expect = "bwd_tf32_hd96_bias";
+  run_bwd(&c);
+  c = mk("tb_d128_gqa_topleft_bpad", F32, 2, 4, 1, 130, 70, 128, 128), c.bias = 1, c.bpad = 3;
+  c.dbias = 1, c.causal = 1, c.top_left = 1, c.expect = "bwd_tf32_hd128_bias", run_bwd(&c);
+  c = mk("tb_d112_det_walk", F32, 1, 2, 1, 64, 2300, 112, 112), c.bias = 1, c.dbias = 1;
+  c.bias_ninf = 1, c.expect = "bwd_tf32_hd128_bias", run_bwd(&c);
+  c = mk("tb_d256_causal_br", F32, 2, 2, 1, 150, 100, 256, 256), c.bias = 1, c.dbias = 1;
+  c.causal = 1, c.softcap = 4.f, c.expect = "bwd_tf32_hd256_bias", run_bwd(&c);
+  c = mk("tb_d200_window_gqa", F32, 1, 4, 2, 300, 200, 200, 200), c.bias = 1, c.dbias = 1;
+  c.wset = 1, c.wl = 30, c.wr = 5, c.alibi = 1, c.expect = "bwd_tf32_hd256_bias", run_bwd(&c);
+  c = mk("tb_no_dbias", F32, 2, 2, 2, 70, 90, 64, 64), c.bias = 1 | BC_H, c.bias_ninf = 1;
+  c.expect = "bwd_tf32_hd64_bias", run_bwd(&c);
+  /* dbias summed over broadcast dims (the full gradient in the workspace) */
+  c = mk("tb_sum_b", F32, 3, 2, 2, 70, 90, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
+  c.causal = 1, c.expect = "bwd_tf32_hd64_bias", run_bwd(&c);
+  c = mk("tb_sum_h_gqa", F32, 2, 4, 2, 100, 77, 128, 128), c.bias = 1 | BC_H, c.dbias = 1;
+  c.wset = 1, c.wl = 20, c.wr = 3, c.expect = "bwd_tf32_hd128_bias", run_bwd(&c);
+  c = mk("tb_sum_q_atomic", F32, 2, 2, 2, 90, 66, 32, 32), c.bias = 1 | BC_Q, c.dbias = 1;
+  c.atomic = 1, c.expect = "bwd_tf32_hd32_bias", run_bwd(&c);
+  c = mk("tb_sum_all_d256", F32, 2, 2, 1, 60, 70, 256, 256), c.bias = 1 | BC_B | BC_H | BC_Q;
+  c.dbias = 1, c.causal = 1, c.expect = "bwd_tf32_hd256_bias", run_bwd(&c);
+  c = mk("tb_dropout_simt", F32, 1, 2, 2, 40, 50, 64, 64), c.bias = 1, c.dbias = 1;
+  c.dropout = 0.17f, c.expect = "bwd_simt", run_bwd(&c);
+}
+
 static void small(void) {
   scase c;
   c = mk("small_bias_dropout_probs", F16, 2, 2, 1, 20, 37, 40, 40);
@@ -613,6 +653,13 @@ static void small(void) {
   c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64_bias", run_fast(c);
   c = mk("small_fast_bias_d128", F16, 1, 2, 1, 90, 150, 128, 128), c.bias = 1, c.bpad = 1;
   c.dbias = 1, c.wset = 1, c.wl = 30, c.wr = 0, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
+  static const int64_t tdims[5] = {32, 64, 96, 128, 256};
+  static const char *trows[5] = {"bwd_tf32_hd32_bias", "bwd_tf32_hd64_bias", "bwd_tf32_hd96_bias",
+                                 "bwd_tf32_hd128_bias", "bwd_tf32_hd256_bias"};
+  for (int k = 0; k < 5; ++k) {
+    c = mk("small_tf32_bias", F32, 2, 2, 1, 70, 90, tdims[k], tdims[k]);
+    c.bias = k & 1 ? 1 | BC_B : 1, c.dbias = 1, c.causal = 1, c.expect = trows[k], run_bwd(&c);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -710,5 +757,6 @@ int main(int argc, char **argv) {
   c = mk("multi_block", BF16, 1, 4, 2, 200, 170, 128, 128), c.causal = 1, c.alibi = 1;
   c.dropout = 0.17f, run_fwd(&c), run_bwd(&c);
   fast_bias();
+  tf32_bias();
   return test_summary();
 }

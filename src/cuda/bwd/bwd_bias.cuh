@@ -21,10 +21,10 @@
 #include "problem.h"
 #include "cuda/bwd/bwd_scores.cuh"
 #include "cuda/bwd/bwd_common.cuh"
+#include "cuda/bwd/bwd_dbias_zero.cuh"
 #include "cuda/ptx/ptx_cp_async.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh"
 
-static_assert(NTHREADS % BN == 0, "dbias zeroing: whole rows of a key block per pass");
 static_assert(BCH == BN / 8 && BCH8 == (BCH & ~7), "bias rows: BN / 8 chunks");
 
 /* The bias tile of one step (queries m0 .. m0 + BM - 1, keys n0 .. n0 + BN -
@@ -101,18 +101,6 @@ __device__ __forceinline__ void bwd_dbias_out(uint32_t sdb, const sdpa_problem *
   }
 }
 
-/* Zero dbias rows [i0, i1) x keys [j0, j1) (j1 - j0 <= BN) of head hh: the
- * tiles of a key block that the masks keep it from visiting (dbias is the
- * caller's buffer, and a masked element's gradient is 0). */
-__device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int hh, int i0, int i1,
-                                               int j0, int j1, int tid) {
-  uint16_t *base = (uint16_t *)p->dbias + b * p->dbias_sb + hh * p->dbias_sh;
-  const int j = j0 + tid % BN;
-  if (j >= j1) return;
-#pragma unroll 1
-  for (int i = i0 + tid / BN; i < i1; i += NTHREADS / BN) base[(int64_t)i * p->dbias_sq + j] = 0;
-}
-
 /* The dbias destination of this lane for the queries from tile row r0 (a
  * multiple of 8) of the dbias tile at sdb, keys 16 kw ..: row r0 + 8 nq + 2 t
  * + (e & 1), chunk 2 kw + (e >> 1) (bwd_p_ds's bwd_dbias_dst); lane 0 (no
@@ -126,46 +114,6 @@ __device__ __forceinline__ void bwd_dbias_dst_at(bwd_dbias_dst *db, uint32_t sdb
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf)
       db->col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
-}
-
-/* bwd_p_ds for the bias kernels: the problem's score features and dropout
- * when it has any, else the bias-only forms, unmasked (full) or masked. */
-__device__ __forceinline__ void bwd_p_ds_bias_forms(float (*ss)[4], float (*sp)[4], const int nqn,
-                                                    const sdpa_bwd_params *prm,
-                                                    const float *lse_t, const float *dd_t, int b,
-                                                    int hh, int j_lo, int q0, int lane, int sq,
-                                                    int sk, int off, uint32_t keep_bits,
-                                                    const uint32_t (*bv)[2],
-                                                    const bwd_dbias_dst *db, int full,
-                                                    const int bias_kind) {
-  if (prm->has_softcap || prm->has_alibi || prm->has_dropout)
-    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv, db,
-             prm->has_softcap, prm->has_alibi, prm->has_dropout, !full, bias_kind);
-  else if (full)
-    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, db, 0, 0,
-             0, 0, bias_kind);
-  else
-    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, db, 0, 0,
-             0, 1, bias_kind);
-}
-
-/* dbias of the query blocks key block kf skips (its masks) is zero, for
- * every query head of kv head hk's group. */
-__device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_params *prm,
-                                                       const bwd_kframe kf, int b, int hk,
-                                                       int tid) {
-  if (!prm->has_dbias || kf.n0 >= kf.sk) return;
-  const int j1 = kf.n0 + BN < kf.sk ? kf.n0 + BN : kf.sk, group = prm->h_per_hk;
-  const sdpa_problem *p = &prm->p;
-#pragma unroll 1
-  for (int hh = hk * group; hh < (hk + 1) * group; ++hh) {
-    if (kf.nm == 0) {
-      bwd_dbias_zero(p, b, hh, 0, kf.sq, kf.n0, j1, tid);
-    } else {
-      bwd_dbias_zero(p, b, hh, 0, kf.m_lo * BM, kf.n0, j1, tid);
-      bwd_dbias_zero(p, b, hh, (kf.m_hi + 1) * BM, kf.sq, kf.n0, j1, tid);
-    }
-  }
 }
 
 #endif /* SDPA_BWD_BIAS_CUH */

@@ -34,6 +34,23 @@ __device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) 
   return (unsigned short)(bf16 ? pack_bf16x2(x, 0.f) : pack_f16x2(x, 0.f));
 }
 
+/* The fp32 bias of (query i, key j) of head hh (bias kind 3): indices
+ * clamped into the sequence, so a masked element reads a valid address. */
+__device__ __forceinline__ float bwd_bias_f32_at(const sdpa_problem *p, int b, int hh, int i,
+                                                 int j, int sq, int sk) {
+  const float *r = (const float *)p->bias + b * p->bias_sb + hh * p->bias_sh;
+  return __ldg(r + (int64_t)min(i, sq - 1) * p->bias_sq + (int64_t)min(j, sk - 1) * p->bias_sk);
+}
+
+/* dbias of (query i, key j) of head hh in fp32 (kind 3), inside the sequence
+ * only: in the S^T layout a warp's store is four whole 32-byte sectors. */
+__device__ __forceinline__ void bwd_dbias_f32_put(const sdpa_problem *p, int b, int hh, int i,
+                                                  int j, int sq, int sk, float v) {
+  if (i < sq && j < sk)
+    ((float *)p->dbias)[b * p->dbias_sb + hh * p->dbias_sh + (int64_t)i * p->dbias_sq +
+                        (int64_t)j * p->dbias_sk] = v;
+}
+
 /* P and dS of one sub-step, in place: ss (S^T, this warp's 16 keys x 8 nqn
  * queries) becomes P times keep / (1 - p) (the dV operand) and sp (dP^T)
  * becomes dS = P (dP keep / (1 - p) - D) (times 1 - tanh^2 under softcap).
@@ -43,7 +60,9 @@ __device__ __forceinline__ unsigned short bwd_f32_to_h(float x, const int bf16) 
  * (0 none, 1 fp16, 2 bf16): bv[nq][e >> 1] holds the element's bias in its
  * low / high 16 bits for e & 1 = 0 / 1, added after softcap, before alibi;
  * with db->lane, dS before the softcap derivative (the gradient of the
- * post-softcap score, i.e. dbias) goes to shared memory at db. nqn and
+ * post-softcap score, i.e. dbias) goes to shared memory at db. bias 3 (fp32,
+ * the tf32 kernels): the bias is read from global memory and, with
+ * db->lane, dbias written there (bwd_bias_f32_at, bwd_dbias_f32_put). nqn and
  * bias are always literals; the plain kernels pass literal zeros for the
  * other flags too (bwd_p_ds_forms), so their forms compile to straight-line
  * code: the plain unmasked form is one FFMA, one MUFU, one FADD and two
@@ -75,7 +94,9 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const i
       const int j = j_lo + g + (e >> 1) * 8, i = q0 + nq * 8 + 2 * t + (e & 1);
       const float l = (e & 1) ? l2.y : l2.x;
       float pr, deriv = 1.f;
-      const float bf = bias ? bwd_h_to_f32(bv[nq][e >> 1] >> (16 * (e & 1)), bias == 2) : 0.f;
+      const float bf = bias == 3   ? bwd_bias_f32_at(p, b, hh, i, j, sq, sk)
+                       : bias      ? bwd_h_to_f32(bv[nq][e >> 1] >> (16 * (e & 1)), bias == 2)
+                                   : 0.f;
       if (!softcap && !alibi) {
         pr = fast_exp2(fmaf(ss[nq][e], prm->score_mul, bias ? fmaf(bf, SDPA_LOG2E, -l) : -l));
       } else {
@@ -99,7 +120,9 @@ __device__ __forceinline__ void bwd_p_ds(float (*ss)[4], float (*sp)[4], const i
         pk *= keep;
       }
       const float dsv = pr * (dpv - ((e & 1) ? d2.y : d2.x));
-      if (bias && db->lane) {
+      if (bias == 3 && db->lane) {
+        bwd_dbias_f32_put(p, b, hh, i, j, sq, sk, dsv);
+      } else if (bias && db->lane) {
         const uint32_t a = db->lane + (uint32_t)(nq * 8 + (e & 1)) * db->row + db->col[e & 1][e >> 1];
         asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(a), "h"(bwd_f32_to_h(dsv, bias == 2)));
       }
@@ -145,6 +168,28 @@ __device__ __forceinline__ void bwd_p_ds_forms(float (*ss)[4], float (*sp)[4], c
   else
     bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, NULL,
              NULL, prm->has_softcap, prm->has_alibi, drop_ok && prm->has_dropout, !full, 0);
+}
+
+/* bwd_p_ds for the bias kernels: the problem's score features (and dropout
+ * where the body can run it: drop_ok, a literal) when it has any, else the
+ * bias-only forms, unmasked (full) or masked. */
+__device__ __forceinline__ void bwd_p_ds_bias_forms(float (*ss)[4], float (*sp)[4], const int nqn,
+                                                    const sdpa_bwd_params *prm,
+                                                    const float *lse_t, const float *dd_t, int b,
+                                                    int hh, int j_lo, int q0, int lane, int sq,
+                                                    int sk, int off, uint32_t keep_bits,
+                                                    const uint32_t (*bv)[2],
+                                                    const bwd_dbias_dst *db, int full,
+                                                    const int bias_kind, const int drop_ok) {
+  if (prm->has_softcap || prm->has_alibi || (drop_ok && prm->has_dropout))
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep_bits, bv, db,
+             prm->has_softcap, prm->has_alibi, drop_ok && prm->has_dropout, !full, bias_kind);
+  else if (full)
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, db, 0, 0,
+             0, 0, bias_kind);
+  else
+    bwd_p_ds(ss, sp, nqn, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, bv, db, 0, 0,
+             0, 1, bias_kind);
 }
 
 #endif /* SDPA_BWD_SCORES_CUH */

@@ -326,7 +326,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
             for (int hf = 0; hf < 2; ++hf)
               db.col[lo][hf] = (uint32_t)(bswz(2 * t + lo, kw * 2 + hf, BCH, BCH8) * 16);
           bwd_p_ds_bias_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off,
-                              keep_bits, bv, &db, full, SDPA_BIAS_KIND);
+                              keep_bits, bv, &db, full, SDPA_BIAS_KIND, 1);
         }
       }
 

@@ -460,7 +460,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
                                  (int)opaque_u32(kw), g, t, prm->has_dbias);
                 bwd_p_ds_bias_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2,
                                     dd_t + 32 * h2, b, hh, j_lo, q0 + 32 * h2, lane, sq, sk, off,
-                                    keep[h2], bv, &db, full, SDPA_BIAS_KIND);
+                                    keep[h2], bv, &db, full, SDPA_BIAS_KIND, 1);
               } else {
                 bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, lse_t + 32 * h2, dd_t + 32 * h2,
                                b, hh, j_lo, q0 + 32 * h2, lane, sq, sk, off, keep[h2], feat, full,

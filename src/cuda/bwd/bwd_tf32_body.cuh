@@ -16,8 +16,17 @@
  *   extern "C" size_t SDPA_KERNEL_NAME##_workspace(const sdpa_problem *, const sdpa_kernel_row *)
  * Supported: fp32 with 16-byte aligned rows, d == d_v <= bucket, dense and
  * varlen (+ seqused_k), causal / window in both alignments, alibi, softcap,
- * GQA / MQA (dK / dV summed over the group), scale, deterministic. The row
- * refuses bias / dbias and dropout (bwd_simt runs them).
+ * GQA / MQA (dK / dV summed over the group), scale, deterministic; in a
+ * _bias row (SDPA_BWD_BIAS 1, kernels.def) an additive bias and its dbias
+ * (summed over broadcast dims through bwd_launch.cuh's full gradient). The
+ * rows refuse dropout (bwd_simt runs it).
+ *
+ * The bias (bias kind 3 of bwd_p_ds) goes between global memory and the
+ * score registers, with no shared tile: fp32 tiles of Q, dO, K, V and dS
+ * leave no room for two more. A warp's bias load or dbias store in the S^T
+ * layout is four whole 32-byte sectors. Sub-steps with no visible pair store
+ * zero dbias, and the query blocks the masks skip are zeroed
+ * (bwd_dbias_zero.cuh), since dbias is the caller's buffer.
  *
  * Structure (as bwd_sm80_body.cuh): one block per (key block, kv head,
  * batch); K and V of BLOCK_N keys stay in shared memory, warp w owns keys
@@ -139,6 +148,8 @@ static_assert(BM % QS == 0 && BM % 32 == 0, "whole sub-steps; dQ row tiles in pa
 static_assert(OFF_X % 4 == 0, "the exchange area is 16-byte aligned");
 static_assert(DS == 1 || NQH <= 2, "trade slots: one a sub-step of a step");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory beyond sm_90's 227 KB");
+
+#include "cuda/bwd/bwd_dbias_zero.cuh" /* after the geometry: BM, BN, NTHREADS */
 
 /* ---- element I/O of the pre / post kernels (bwd_launch.cuh) ------------------ */
 __device__ __forceinline__ void bwd_ld8(const float *x, float *f) {
@@ -453,6 +464,18 @@ __device__ __forceinline__ void load_step(const sdpa_bwd_params *prm, int hh, in
   cp_async_commit();
 }
 
+/* dbias = 0 for this warp's elements of a sub-step with no visible pair
+ * (16 keys from j_lo, QS queries from q0; the layout of bwd_p_ds). */
+__device__ __forceinline__ void dbias_zero_sub(const sdpa_bwd_params *prm, int b, int hh, int j_lo,
+                                               int q0, int sq, int sk, const tfb_lane *L) {
+#pragma unroll
+  for (int nq = 0; nq < NQ; ++nq)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      bwd_dbias_f32_put(&prm->p, b, hh, q0 + nq * 8 + 2 * L->t + (e & 1),
+                        j_lo + L->g + 8 * (e >> 1), sq, sk, 0.f);
+}
+
 /* Sub-step qh of a step (queries m0 + qh QS .., this warp's 16 keys from
  * n0 + row16, query head hh): S^T and dP^T (DS = 2: one each, traded), P and
  * dS, dS to shared memory, dV and dK of this warp's columns. */
@@ -487,6 +510,7 @@ __device__ __forceinline__ void sub_step(const sdpa_bwd_params *prm, const int f
        of a causal diagonal): dS = 0, nothing for dK / dV */
     bwd_zero_acc(sp, NQ);
     if (L->ds == 0) store_ds(sp, ql, row16, L);
+    if (feat == 2 && L->ds == 0 && prm->has_dbias) dbias_zero_sub(prm, b, hh, j_lo, q0, sq, sk, L);
     return;
   }
   const int full = vis == 2;
@@ -497,8 +521,15 @@ __device__ __forceinline__ void sub_step(const sdpa_bwd_params *prm, const int f
   /* P (in ss) and dS (in sp); the unmasked plain tiles get their own
      straight-line code (feature flags as literals) */
   const float *lse_t = s_lse + ql, *dd_t = s_dd + ql;
-  bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
-                 full, 0);
+  if (feat == 2) {
+    bwd_dbias_dst db; /* kind 3 reads only lane: on or off */
+    db.lane = L->ds == 0 && prm->has_dbias;
+    bwd_p_ds_bias_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, NULL,
+                        &db, full, 3, 0);
+  } else {
+    bwd_p_ds_forms(ss, sp, NQ, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, 0u, feat,
+                   full, 0);
+  }
   if (L->ds == 0) store_ds(sp, ql, row16, L); /* (DS = 2: both hold the same dS) */
   gemm_xty(dv, ss, OFF_DO / 4 + ql * CPR, L);
   gemm_xty(dk, sp, OFF_Q / 4 + ql * CPR, L);
@@ -507,7 +538,7 @@ __device__ __forceinline__ void sub_step(const sdpa_bwd_params *prm, const int f
 /* dK and dV of key block nblk (kv head blockIdx.y, batch blockIdx.z), and
  * its share of dQ (into slice blockIdx.x of the accumulator when
  * deterministic, else slice 0: prm->slice is 0). feat: the score features
- * (softcap, alibi) compiled in. */
+ * (softcap, alibi) compiled in (1), or the bias (2, with those features). */
 __device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, const int feat,
                                           const tfb_lane *L) {
   const sdpa_problem *p = &prm->p;
@@ -564,6 +595,8 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, 
               p->h * HD, n0, m0, sq, sk, off, warp, L);
     }
   }
+
+  if (feat == 2) bwd_dbias_zero_skipped(prm, bwd_kframe_make(prm, b, nblk, BN, BM), b, hk, tid);
 
   /* dK (times scale) and dV; keys past seqused_k (no step) get zeros */
   const int fk = (int)sdpa_seq_full_len_k(p, b), d = (int)p->d;
