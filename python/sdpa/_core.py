@@ -62,25 +62,27 @@ def _bias4(bias):
     return bias
 
 
-def _call(fn, desc, dev, size_fn=None):
+def _call(fn, desc, dev, size_fn=None, large_ws=False):
     """fn(&desc) with dev's CUDA device current (torch's, switched only if it is
     another: the library launches on the current device); raises on failure.
     size_fn: the call's workspace query (see _capture_workspace), asked on
-    that device. No contextlib on the usual path: a call's host cost counts
-    (issue 4)."""
+    that device; large_ws: the call may need a large workspace (a dbias
+    summed over broadcast dims: the full gradient). No contextlib on the
+    usual path: a call's host cost counts (issue 4)."""
     if dev[0] == T.CUDA:
         torch = T._torch()
         if torch is not None and torch.cuda.current_device() != dev[1]:
             with torch.cuda.device(dev[1]):
-                return _call_cuda(fn, desc, dev, size_fn, torch)
+                return _call_cuda(fn, desc, dev, size_fn, torch, large_ws)
         if torch is not None:
-            return _call_cuda(fn, desc, dev, size_fn, torch)
+            return _call_cuda(fn, desc, dev, size_fn, torch, large_ws)
     return _lib.check(fn(ctypes.byref(desc)))
 
 
-def _call_cuda(fn, desc, dev, size_fn, torch):
-    """_call on dev's device, current: with a workspace from torch inside a capture."""
-    ws = _capture_workspace(size_fn, desc, dev, torch) if size_fn is not None else None
+def _call_cuda(fn, desc, dev, size_fn, torch, large_ws=False):
+    """_call on dev's device, current: with a workspace from torch inside a capture
+    or where it may be large."""
+    ws = _capture_workspace(size_fn, desc, dev, torch, large_ws) if size_fn is not None else None
     r = _lib.check(fn(ctypes.byref(desc)))
     del ws  # after the call: torch's allocator orders the block's reuse after it
     return r
@@ -298,19 +300,22 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     return d, c, out, lse, probs
 
 
-def _capture_workspace(size_fn, desc, dev, torch):
+def _capture_workspace(size_fn, desc, dev, torch, large=False):
     """Inside a CUDA graph capture on torch's current stream: the call's
     workspace from torch's allocator (the capture's private pool), so the
     graph holds no allocation and free nodes of the library's stream-ordered
     workspace (they slow a decoding step's replay). Eager calls keep the library's own
     allocation (no size query a call: a query and torch.empty cost ~10 us of
-    host time a call), from its pool, which keeps the memory between calls.
+    host time a call), from its pool, which keeps the memory between calls,
+    except where it may be large: the library's pool hands back what it holds
+    above 64 MB at each synchronization and maps it again at the next call,
+    where torch's allocator keeps its blocks for the process.
     The capture must be torch's (torch.cuda.graph, make_graphed_callables,
     torch.compile's CUDA graphs), as for any torch op that allocates: torch
     gives a capture it did not begin no private pool, so a block freed after
     the call would be reused while the graph still holds its address. None when not capturing or
     nothing is needed."""
-    if not torch.cuda.is_current_stream_capturing():
+    if not large and not torch.cuda.is_current_stream_capturing():
         return None
     n = ctypes.c_size_t(0)
     _lib.check(size_fn(ctypes.byref(desc), ctypes.byref(n)))
@@ -478,7 +483,8 @@ def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", win
         deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv,
         dlse=dlse)
     L = _lib.lib()
-    _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size)
+    summed = db is not None and 1 in tuple(db.shape[:3])  # dbias over broadcast dims
+    _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size, summed)
     return (dq, dk, dv) if db is None else (dq, dk, dv, db)
 
 

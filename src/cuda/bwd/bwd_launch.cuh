@@ -160,7 +160,7 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
                                                             size_t n) {
   (void)row;
 #if SDPA_BWD_DQ_KERNEL
-  const int smem = (int)(SMEM_BYTES > DQ_SMEM_BYTES ? SMEM_BYTES : DQ_SMEM_BYTES);
+  const int smem = (int)SMEM_BYTES > (int)DQ_SMEM_BYTES ? (int)SMEM_BYTES : (int)DQ_SMEM_BYTES;
 #else
   const int smem = (int)SMEM_BYTES;
 #endif

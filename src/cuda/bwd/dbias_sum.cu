@@ -26,31 +26,37 @@ extern "C" void sdpa_dbias_full_view(const sdpa_problem *p, void *full, sdpa_pro
   q->dbias_nb = p->b, q->dbias_nh = p->h, q->dbias_nq = p->s_q;
 }
 
-/* One 16-byte chunk of a row of the full gradient as fp32: n < its width
- * only at the end of a row whose length is not a multiple of it, where the
- * rows are not 16-byte aligned either and go element by element. */
-__device__ __forceinline__ void dbias_add_chunk(const char *at, sdpa_dtype t, int n, int vec,
-                                                float *acc) {
-  if (vec) {
-    const uint4 w = *(const uint4 *)at;
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    if (t == SDPA_DTYPE_F32) {
+/* One 16-byte chunk of a row of the full gradient: n < its width only at
+ * the end of a row whose length is not a multiple of it, where the rows are
+ * not 16-byte aligned either and go element by element (zeros past n). */
+__device__ __forceinline__ uint4 dbias_load_chunk(const char *at, int es, int n, int vec) {
+  if (vec) return *(const uint4 *)at;
+  uint32_t u[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[i] += __uint_as_float(u[i]);
-      return;
-    }
+  for (int i = 0; i < 8; ++i) /* unrolled: u stays in registers */
+    if (es == 4 && i < 4 && i < n) u[i] = ((const uint32_t *)at)[i];
+    else if (es == 2 && i < n) u[i >> 1] |= (uint32_t)((const unsigned short *)at)[i] << (16 * (i & 1));
+  return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
+__device__ __forceinline__ void dbias_add_chunk(uint4 w, sdpa_dtype t, float *acc) {
+  const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+  if (t == SDPA_DTYPE_F32) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += simt_ld(u, t, i);
+    for (int i = 0; i < 4; ++i) acc[i] += __uint_as_float(u[i]);
     return;
   }
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
-    if (i < n) acc[i] += simt_ld(at, t, i);
+  for (int i = 0; i < 8; ++i) acc[i] += simt_ld(u, t, i);
 }
 
-/* A thread sums one 16-byte chunk of an output row: its row's indices are
- * worked out once, and each broadcast step reads a whole chunk. The order
- * over (b, h, q) is fixed, so the result does not depend on the run. */
+enum { DBIAS_BATCH = 4 }; /* chunks a thread has in flight */
+
+/* A thread sums one 16-byte chunk of an output row over the rows of the
+ * full gradient that broadcast into it: its row's indices are worked out
+ * once, and it loads DBIAS_BATCH chunks before adding them, so that many
+ * loads are in flight. The order over (b, h, q) is fixed, so the result
+ * does not depend on the run. */
 __global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ sdpa_problem p,
                                                         const void *full) {
   const int es = p.dtype == SDPA_DTYPE_F32 ? 4 : 2, per = 16 / es;
@@ -68,13 +74,27 @@ __global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ 
     const int64_t b0 = p.dbias_nb == 1 ? 0 : b, b1 = p.dbias_nb == 1 ? p.b : b + 1;
     const int64_t h0 = p.dbias_nh == 1 ? 0 : hh, h1 = p.dbias_nh == 1 ? p.h : hh + 1;
     const int64_t q0 = p.dbias_nq == 1 ? 0 : q, q1 = p.dbias_nq == 1 ? p.s_q : q + 1;
+    const int64_t steps = (b1 - b0) * (h1 - h0) * (q1 - q0);
+    const char *base = (const char *)full + k0 * es;
     const size_t row = (size_t)p.s_k * es;
+    int64_t bi = b0, hi = h0, qi = q0; /* the next row to load, in (b, h, q) order */
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int64_t bi = b0; bi < b1; ++bi)
-      for (int64_t hi = h0; hi < h1; ++hi) {
-        const char *at = (const char *)full + ((bi * p.h + hi) * p.s_q + q0) * row + k0 * es;
-        for (int64_t qi = q0; qi < q1; ++qi, at += row) dbias_add_chunk(at, p.dtype, cnt, vec, acc);
+    for (int64_t s0 = 0; s0 < steps; s0 += DBIAS_BATCH) {
+      uint4 w[DBIAS_BATCH];
+#pragma unroll
+      for (int u = 0; u < DBIAS_BATCH; ++u) {
+        w[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (s0 + u >= steps) continue;
+        w[u] = dbias_load_chunk(base + ((bi * p.h + hi) * p.s_q + qi) * row, es, cnt, vec);
+        if (++qi == q1) {
+          qi = q0;
+          if (++hi == h1) hi = h0, ++bi;
+        }
       }
+#pragma unroll
+      for (int u = 0; u < DBIAS_BATCH; ++u)
+        if (s0 + u < steps) dbias_add_chunk(w[u], p.dtype, acc);
+    }
     const int64_t out = b * p.dbias_sb + hh * p.dbias_sh + q * p.dbias_sq + k0 * p.dbias_sk;
 #pragma unroll
     for (int i = 0; i < 8; ++i)
