@@ -407,7 +407,7 @@ def run_dbias_bcast(gpu):
 
 # --hdim: the head dims off the bench grid's buckets; each against the bucket it pads to
 HDIMS = (40, 72, 80, 96, 112, 160, 192, 320, 512)
-BUCKETS = (64, 96, 128, 192, 256)
+BUCKETS = (64, 96, 128, 192, 256, 384, 512)
 
 
 def sdpa_only(op, b, s, h, d, causal):
@@ -418,7 +418,7 @@ def sdpa_only(op, b, s, h, d, causal):
     return sdpa_tflops(op, q, k, v, causal, f"{op} d={d}")
 
 
-def run_shapes(gpu, mode, ops):
+def run_shapes(gpu, mode, ops, hdims=HDIMS):
     """--hdim: fwd_hdim / bwd_hdim over HDIMS, s 4096, b 4, h 16, causal or not, against
     torch EFFICIENT, FLASH and CUDNN (where they run), and sdpa at the bucket the head dim
     pads to (sdpa_bucket, d_bucket). --mla: fwd_mla / bwd_mla at d_qk 192, d_v 128, h 16,
@@ -435,7 +435,7 @@ def run_shapes(gpu, mode, ops):
                       f"backward), x_* = sdpa / torch backend, {own}: sdpa at "
                       + ("the bucket d pads to" if mode == "hdim" else "d = d_v = 192")}
     if mode == "hdim":
-        cells = [(d, d, 4096, 4) for d in HDIMS]
+        cells = [(d, d, 4096, 4) for d in hdims]
     else:
         cells = [(192, 128, s, 16384 // s) for s in (2048, 4096, 8192, 16384)]
     records, failed = [], []
@@ -468,6 +468,9 @@ def main():
     ap.add_argument("--ops", default=None,
                     help="fwd, bwd or fwd,bwd (default fwd; fwd,bwd with --bias or --f32)")
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
+    ap.add_argument("--hdims", default=None,
+                    help="--hdim: these head dims (comma-separated) instead of "
+                         + ",".join(map(str, HDIMS)))
     mode = ap.add_mutually_exclusive_group()  # one mode a run (one results file each)
     mode.add_argument("--dropout", type=float, default=0.0,
                       help="forward only: time these cells at p = 0 and at this p (the cost of dropout)")
@@ -487,7 +490,8 @@ def main():
         ap.error(f"--ops {args.ops}: expected fwd, bwd or fwd,bwd")
     gpu = torch.cuda.get_device_name()
     if args.hdim or args.mla:
-        run_shapes(gpu, "hdim" if args.hdim else "mla", ops)
+        hdims = tuple(int(x) for x in args.hdims.split(",")) if args.hdims else HDIMS
+        run_shapes(gpu, "hdim" if args.hdim else "mla", ops, hdims)
         return
     if args.dbias_bcast:
         run_dbias_bcast(gpu)

@@ -70,6 +70,15 @@ static void build_table(void) {
     ADD(.name = "small_sm80_d96", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 2, .h = 4, .hk = 2,
         .sq = 70, .sk = 45, .d = 96, .rows16 = 1, .dropout = 0.17f,
         .kernel = "bwd_sm80_bf16_hd96");
+    /* the rows above d = 256 (dK / dV split four ways) and d 128's 64-query steps */
+    static const char *wide[6] = {"bwd_sm80_f16_hd384", "bwd_sm80_bf16_hd384",
+                                  "bwd_sm80_f16_hd512", "bwd_sm80_bf16_hd512",
+                                  "bwd_sm80_f16_hd128_bm64", "bwd_sm80_bf16_hd128_bm64"};
+    static const int64_t wd[6] = {320, 384, 448, 512, 128, 112};
+    for (int k = 0; k < 6; ++k)
+      ADD(.name = "small_wide", .on = ON_CUDA, .small = 1, .dt = k & 1 ? BF16 : F16, .b = 1,
+          .h = 4, .hk = 2, .sq = 70, .sk = 90, .d = wd[k], .rows16 = 1, .causal = k % 3 != 2,
+          .dropout = k % 3 == 1 ? 0.17f : 0.f, .det = k >= 4, .kernel = wide[k]);
   }
 
   /* ---- the CPU backend's matrix: contiguous or padded strides, every dtype,
@@ -290,6 +299,22 @@ static void build_table(void) {
     .d = 128, .dv = 64, .dropout = 0.17f, .det = 5, .kernel = "bwd_sm80_f16_hd128");
   G(.name = "sm80_d96_dv64", .dt = F16, .b = 2, .h = 2, .hk = 2, .sq = 90, .sk = 100, .d = 96,
     .dv = 64, .window = 1, .wl = 30, .wr = 8, .kernel = "bwd_sm80_f16_hd96");
+  /* above d = 256: dK / dV split four ways (each split recomputes S^T and
+   * dP^T); d 128's 64-query steps (the A100's row), forced */
+  G(.name = "wide_d288_gqa_causal", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 130, .sk = 200,
+    .d = 288, .causal = 1);
+  G(.name = "wide_d384_causal_tl_det", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 90,
+    .d = 384, .causal = 1, .top_left = 1, .det = 5, .kernel = "bwd_sm80_f16_hd384");
+  G(.name = "wide_d400_window_mods", .dt = BF16, .b = 1, .h = 2, .hk = 2, .sq = 150, .sk = 300,
+    .d = 400, .window = 1, .wl = 40, .wr = 7, .softcap = 4.f, .alibi = 2);
+  G(.name = "wide_d512_varlen_dropout", .dt = F16, .b = 4, .h = 2, .hk = 1, .sq = 120, .sk = 140,
+    .d = 512, .varlen = 1, .causal = 1, .dropout = 0.17f, .kernel = "bwd_sm80_f16_hd512");
+  G(.name = "wide_d448_dv320_det_walk", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 60, .sk = 1200,
+    .d = 448, .dv = 320, .det = 5, .kernel = "bwd_sm80_bf16_hd512");
+  G(.name = "sm80_d128_bm64_det", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300, .sk = 260,
+    .d = 128, .causal = 1, .det = 5, .kernel = "bwd_sm80_bf16_hd128_bm64");
+  G(.name = "sm80_d96_bm64_softcap", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 170,
+    .d = 96, .softcap = 3.f, .alibi = 1, .dropout = 0.17f, .kernel = "bwd_sm80_f16_hd128_bm64");
 #undef G
   /* ---- CUDA only: a graph capture, what the rows refuse */
   ADD(.name = "graph", .on = ON_CUDA, .kind = BWD_GRAPH, .rows16 = 1, .dt = BF16, .b = 2, .h = 4,

@@ -75,6 +75,22 @@ static void build_table(void) {
   ADD(.name = "small sm80 forced", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 2,
       .hk = 1, .sq = 70, .sk = 150, .d = 160, .rows16 = 1, .dropout = 0.17f,
       .kernel = "fwd_sm80_bf16_hd160");
+  /* above d = 256: the warp-pair rows (each warp S whole and half of O),
+   * forced: plain, dropout and bias kernels of each */
+  {
+    static const char *wide[4] = {"fwd_sm80_f16_hd384", "fwd_sm80_bf16_hd384",
+                                  "fwd_sm80_f16_hd512", "fwd_sm80_bf16_hd512"};
+    for (int k = 0; k < 4; ++k) {
+      fwd_case c = {.name = "small wide", .on = ON_CUDA, .small = 1, .dt = dts2[k & 1], .b = 1,
+                    .h = 2, .hk = 1, .sq = 70, .sk = 150, .d = k < 2 ? 320 : 512, .causal = 1,
+                    .rows16 = 1, .kernel = wide[k]};
+      add(c);
+      c.dropout = 0.17f, c.causal = 0, c.window = 1, c.wl = 20, c.wr = 3;
+      add(c);
+      c.dropout = 0.f, c.window = 0, c.bias = BIAS_SHAPE, c.bias_inf = 1, c.sk = 152;
+      add(c);
+    }
+  }
   /* empty problems: no keys (out 0, lse +inf over poison), no queries */
   ADD(.name = "small no keys", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2, .h = 4, .hk = 2,
       .sq = 37, .sk = 0, .d = 128, .rows16 = 1);
@@ -94,8 +110,8 @@ static void build_table(void) {
   /* ---- head dims (d != d_v included), every dtype, GQA 1 / 2 / 8 */
   {
     const int64_t ds[8] = {1, 3, 8, 64, 80, 128, 256, 320};
-    for (int k = 0; k < 8; ++k) /* d 320: past the CUDA rows' 256 */
-      ADD(.name = "head dim", .on = ds[k] > 256 ? ON_CPU : on_dt(dts[k % 3]), .dt = dts[k % 3],
+    for (int k = 0; k < 8; ++k)
+      ADD(.name = "head dim", .on = on_dt(dts[k % 3]), .dt = dts[k % 3],
           .b = 2, .h = 4, .hk = k % 2 ? 2 : 4, .sq = 37, .sk = 301, .d = ds[k]);
   }
   /* every bucket (padded inside it), f16 and bf16, GQA 1 / 2 / 8, 16-byte rows */
@@ -343,6 +359,24 @@ static void build_table(void) {
         .sm90 = 1, .rows16 = 1);
   ADD(.name = "sm90 dropout", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 150,
       .sk = 270, .d = 64, .dropout = 0.17f, .causal = 1, .sm90 = 1, .rows16 = 1);
+
+  /* ---- above d = 256 (the warp-pair rows of buckets 384 and 512): off the
+   * grid, GQA, both causal alignments, windows, varlen, score features,
+   * dropout, a bias, d != d_v, several key tiles */
+  ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 130, .sk = 200,
+      .d = 288, .causal = 1, .rows16 = 1);
+  ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 90,
+      .d = 384, .causal = 1, .top_left = 1, .rows16 = 1);
+  ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 2, .hk = 2, .sq = 150, .sk = 300,
+      .d = 400, .window = 1, .wl = 40, .wr = 7, .softcap = 4.f, .alibi = 2, .rows16 = 1);
+  ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 4, .h = 2, .hk = 1, .sq = 120, .sk = 140,
+      .d = 512, .varlen = 2, .causal = 1, .dropout = 0.17f, .rows16 = 1);
+  ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 2, .hk = 2, .sq = 100, .sk = 136,
+      .d = 512, .bias = BIAS_SHAPE, .bias_inf = 1, .rows16 = 1, .kernel = "fwd_sm80_bf16_hd512");
+  ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 90, .sk = 333,
+      .d = 448, .dv = 320, .causal = 1, .rows16 = 1, .kernel = "fwd_sm80_bf16_hd512");
+  ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 1, .h = 2, .hk = 1, .sq = 300, .sk = 500,
+      .d = 320, .dv = 256, .scale = 0.05f, .rows16 = 1, .kernel = "fwd_sm80_f16_hd384");
 
   /* ---- d_qk != d_v on the tensor-core rows: the Hopper rows (the bucket of
    * max(d, d_v), V and O masked to d_v), the sm80 rows forced, with a bias

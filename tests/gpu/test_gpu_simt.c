@@ -584,6 +584,12 @@ static void fast_bias(void) {
   c.atomic = 1, c.causal = 1, c.expect = "bwd_sm80_bf16_hd32_bias", run_bwd(&c);
   c = mk("fb_d192_gqa", F16, 1, 4, 2, 70, 70, 160, 160), c.bias = 1, c.dbias = 1;
   c.wset = 1, c.wl = 9, c.wr = 30, c.softcap = 5.f, c.expect = "bwd_sm80_f16_hd192_bias", run_bwd(&c);
+  /* above d = 256: dK / dV split four ways */
+  c = mk("fb_d320_causal", BF16, 1, 2, 1, 90, 130, 320, 320), c.bias = 1, c.dbias = 1;
+  c.causal = 1, c.bias_ninf = 1, c.expect = "bwd_sm80_bf16_hd384_bias", run_bwd(&c);
+  c = mk("fb_d512_bcast_h_softcap", F16, 2, 2, 2, 70, 90, 512, 512), c.bias = 1 | BC_H;
+  c.dbias = 1, c.softcap = 3.f, c.dropout = 0.17f, c.expect = "bwd_sm80_f16_hd512_bias";
+  run_bwd(&c);
   /* dbias summed over broadcast dims: the bias rows write the full gradient
    * and sum it (dense problems; varlen ones stay on bwd_simt, above) */
   c = mk("fb_dbias_bcast_b", BF16, 2, 2, 2, 40, 50, 64, 64), c.bias = 1 | BC_B, c.dbias = 1;
@@ -653,6 +659,8 @@ static void small(void) {
   c.dbias = 1, c.causal = 1, c.dropout = 0.1f, c.expect = "bwd_sm80_bf16_hd64_bias", run_fast(c);
   c = mk("small_fast_bias_d128", F16, 1, 2, 1, 90, 150, 128, 128), c.bias = 1, c.bpad = 1;
   c.dbias = 1, c.wset = 1, c.wl = 30, c.wr = 0, c.expect = "bwd_sm80_f16_hd128_bias", run_fast(c);
+  c = mk("small_wide_bias", BF16, 1, 2, 1, 40, 70, 448, 448), c.bias = 1, c.dbias = 1;
+  c.causal = 1, c.expect = "bwd_sm80_bf16_hd512_bias", run_bwd(&c);
   static const int64_t tdims[5] = {32, 64, 96, 128, 256};
   static const char *trows[5] = {"bwd_tf32_hd32_bias", "bwd_tf32_hd64_bias", "bwd_tf32_hd96_bias",
                                  "bwd_tf32_hd128_bias", "bwd_tf32_hd256_bias"};
