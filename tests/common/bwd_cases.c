@@ -313,8 +313,8 @@ static void build_table(void) {
     .d = 448, .dv = 320, .det = 5, .kernel = "bwd_sm80_bf16_hd512");
   G(.name = "sm80_d128_bm64_det", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300, .sk = 260,
     .d = 128, .causal = 1, .det = 5, .kernel = "bwd_sm80_bf16_hd128_bm64");
-  G(.name = "sm80_d96_bm64_softcap", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 170,
-    .d = 96, .softcap = 3.f, .alibi = 1, .dropout = 0.17f, .kernel = "bwd_sm80_f16_hd128_bm64");
+  G(.name = "sm80_d112_bm64_softcap", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 170,
+    .d = 112, .softcap = 3.f, .alibi = 1, .dropout = 0.17f, .kernel = "bwd_sm80_f16_hd128_bm64");
 #undef G
   /* ---- CUDA only: a graph capture, what the rows refuse */
   ADD(.name = "graph", .on = ON_CUDA, .kind = BWD_GRAPH, .rows16 = 1, .dt = BF16, .b = 2, .h = 4,

@@ -7,10 +7,11 @@
  *   SDPA_HDIM         head-dim bucket (padded tile width, multiple of 16, <= 512)
  *   SDPA_BLOCK_M, SDPA_BLOCK_N, SDPA_WARPS
  *   SDPA_FWD_DS       warps a row tile (default 1); 2 above d = 256: each warp
- *                     of a pair computes S whole and keeps half of O's
- *                     columns (O of 16 rows x 512 columns would take 256
- *                     registers a thread); S, the softmax statistics and P
- *                     are then the same bits in both warps
+ *                     of a pair computes S over half of the head dim, the
+ *                     pair adds its halves through shared memory, and each
+ *                     keeps half of O's columns (O of 16 rows x 512 columns
+ *                     would take 256 registers a thread); S, the softmax
+ *                     statistics and P are then the same bits in both warps
  *   SDPA_FULL         0: the fast variant: three kernels at the same tiles,
  *                     plain, with dropout (_drop_kernel) and with a bias
  *                     (_bias_kernel, its tile through shared memory); its row
@@ -65,6 +66,7 @@
 #include "problem.h"
 #include "registry.h"
 #include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
 #include "cuda/ptx/ptx_cp_async.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh"
 #include "cuda/ptx/ptx_mma.cuh"
@@ -102,6 +104,7 @@ enum {
   MT = MW / 16,              /* m16 tiles per warp */
   NT = BN / 8,               /* n8 tiles of S per warp row */
   KS = HD / 16,              /* k16 steps of Q K^T */
+  KSW = KS / DSW,            /* ... a warp (its share of the head dim) */
   DT = HD / 8 / DSW,         /* n8 tiles of O a warp */
   PS = BN / 16,              /* k16 steps of P V */
   CPR = HD / 8,              /* 16-byte chunks per shared row */
@@ -119,7 +122,9 @@ enum {
   /* one K/V stage, FlashAttention-2's overlap: V of tile n loads under
    * Q K^T of n, K of n+1 under P V of n (a second stage spills at d = 128
    * and gains nothing elsewhere) */
-  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV, /* layout: Q | K V | bias tile */
+  /* DSW = 2: each warp's partial S, [NWARPS][MT NT][32 lanes] float4 */
+  SMEM_X = DSW > 1 ? NWARPS * MT * NT * 32 * 16 : 0,
+  SMEM_BYTES = SMEM_Q + 2 * SMEM_KV + SMEM_X, /* layout: Q | K V | partial S | bias tile */
   /* the bias tile in shared memory (fast kernels): BM rows of BN keys padded
    * by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
   BIAS_SMEM = !FULL,
@@ -128,8 +133,10 @@ enum {
 };
 
 static_assert(HD % 16 == 0 && HD <= 512, "head-dim bucket must be a multiple of 16, <= 512");
-static_assert((DSW == 1 || (DSW == 2 && !FULL)) && (HD / 8) % (2 * DSW) == 0,
-              "a warp pair (not in the probs variant) splits O's columns in whole n8 pairs");
+static_assert((DSW == 1 || (DSW == 2 && !FULL && !Q_REGS)) && (HD / 8) % (2 * DSW) == 0 &&
+                  KS % DSW == 0,
+              "a warp pair (not in the probs variant, Q from shared memory) splits the head "
+              "dim in whole k16 steps and O's columns in whole n8 pairs");
 static_assert(!FULL || (MW == 16 && BN <= (HD > 128 ? 32 : 64)),
               "the full variant's probs pass fits beside 16 rows a warp and 64 keys (32 above d = 128)");
 static_assert(MW % 16 == 0 && (MT == 1 || MT == 2), "each warp owns 16 or 32 rows");
@@ -148,10 +155,11 @@ __device__ __forceinline__ int swz(int r, int c) {
 
 #include "cuda/ptx/tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
-/* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix row). */
+/* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix
+ * row), over the head dim's chunks from kc0 (0, or this warp's half: DSW = 2). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4],
                                         uint32_t sq_lane, int q_x7, int q_x3, int q_hi,
-                                        uint32_t sk_lane, int k_x7, int k_x3, int k_hi) {
+                                        uint32_t sk_lane, int k_x7, int k_x3, int k_hi, int kc0) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -159,7 +167,7 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
+  for (int ks = 0; ks < KSW; ++ks) {
     uint32_t a[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -167,16 +175,16 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
 #pragma unroll
         for (int e = 0; e < 4; ++e) a[mt][e] = qr[mt][Q_REGS ? ks : 0][e];
       } else {
-        int c = 2 * ks + q_hi;
-        int pc = (2 * ks < CPR8) ? (c ^ q_x7) : (c ^ q_x3);
+        int c = kc0 + 2 * ks + q_hi;
+        int pc = (kc0 + 2 * ks < CPR8) ? (c ^ q_x7) : (c ^ q_x3);
         ldmatrix_x4(a[mt], sq_lane + (uint32_t)(mt * 16 * CPR * 16 + pc * 16));
       }
     }
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t bk[4];
-      int c = 2 * ks + k_hi;
-      int pc = (2 * ks < CPR8) ? (c ^ k_x7) : (c ^ k_x3);
+      int c = kc0 + 2 * ks + k_hi;
+      int pc = (kc0 + 2 * ks < CPR8) ? (c ^ k_x7) : (c ^ k_x3);
       ldmatrix_x4(bk, sk_lane + (uint32_t)(np * 16 * CPR * 16 + pc * 16));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -185,6 +193,34 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
       }
     }
   }
+}
+
+/* DSW = 2: S = the pair's two halves, through shared memory at sx (each
+ * warp's slot, one float4 a lane and n8 tile: every phase 512 contiguous
+ * bytes). mine + theirs is the same sum in both warps (fp32 addition
+ * commutes), so the pair's softmax sees the same bits. A slot is rewritten
+ * at the next key tile, after two block barriers: the partner has read it. */
+__device__ __forceinline__ void pair_sum_s(float (*s)[NT][4], uint32_t sx, int warp, int lane) {
+  const uint32_t mine = sx + (uint32_t)((warp * MT * NT * 32 + lane) * 16);
+  const uint32_t theirs = sx + (uint32_t)(((warp ^ 1) * MT * NT * 32 + lane) * 16);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine + (mt * NT + nt) * 512),
+                   "f"(s[mt][nt][0]), "f"(s[mt][nt][1]), "f"(s[mt][nt][2]), "f"(s[mt][nt][3]));
+  bar_sync_named(1 + warp / 2, 64);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float x[4];
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
+                   : "r"(theirs + (mt * NT + nt) * 512));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] += x[e];
+    }
 }
 
 /* ---- bias -------------------------------------------------------------------
@@ -281,7 +317,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int rt = warp / DSW, oc = warp % DSW * DT; /* row tile; first n8 column tile of O */
+  /* row tile; first n8 column tile of O; first head-dim chunk of Q K^T */
+  const int rt = warp / DSW, oc = warp % DSW * DT, kc0 = warp % DSW * 2 * KSW;
   fwd_block kb;
   if (!fwd_block_init(&kb, prm, BM)) return;
   const int b = kb.b, hh = kb.hh, hk = kb.hk, sq = kb.sq, sk = kb.sk, d = kb.d, m0 = kb.m0;
@@ -349,7 +386,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
     uint32_t dm[MT][DW];
     if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
     float s[MT][NT][4];
-    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
+    gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi, kc0);
+    if (DSW > 1) pair_sum_s(s, s_q + SMEM_Q + 2 * SMEM_KV, warp, lane);
     const int full = n0 >= kb.lo1 && n0 + BN <= kb.hi0;
     finish_scores(s, prm, &kb, n0, t, !full, bias, (const uint32_t *)(smem + SMEM_BYTES));
     softmax_step(s, o, row_max, row_sum, prm->exp_mul);
@@ -412,7 +450,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
       cp_async_wait_all();
       __syncthreads();
       float s[MT][NT][4];
-      gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi);
+      gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi, 0);
       finish_scores(s, prm, &kb, n0, t, 1, bias, NULL);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
