@@ -407,7 +407,7 @@ def run_dbias_bcast(gpu):
 
 # --hdim: the head dims off the bench grid's buckets; each against the bucket it pads to
 HDIMS = (40, 72, 80, 96, 112, 160, 192, 320, 512)
-BUCKETS = (64, 96, 128, 192, 256, 384, 512)
+BUCKETS = (64, 96, 128, 192, 256, 320, 384, 512)
 
 
 def sdpa_only(op, b, s, h, d, causal):

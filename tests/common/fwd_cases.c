@@ -78,11 +78,13 @@ static void build_table(void) {
   /* above d = 256: the warp-pair rows (each warp S whole and half of O),
    * forced: plain, dropout and bias kernels of each */
   {
-    static const char *wide[4] = {"fwd_sm80_f16_hd384", "fwd_sm80_bf16_hd384",
+    static const char *wide[6] = {"fwd_sm80_f16_hd320", "fwd_sm80_bf16_hd320",
+                                  "fwd_sm80_f16_hd384", "fwd_sm80_bf16_hd384",
                                   "fwd_sm80_f16_hd512", "fwd_sm80_bf16_hd512"};
-    for (int k = 0; k < 4; ++k) {
+    static const int64_t wd[6] = {272, 320, 352, 384, 448, 512};
+    for (int k = 0; k < 6; ++k) {
       fwd_case c = {.name = "small wide", .on = ON_CUDA, .small = 1, .dt = dts2[k & 1], .b = 1,
-                    .h = 2, .hk = 1, .sq = 70, .sk = 150, .d = k < 2 ? 320 : 512, .causal = 1,
+                    .h = 2, .hk = 1, .sq = 70, .sk = 150, .d = wd[k], .causal = 1,
                     .rows16 = 1, .kernel = wide[k]};
       add(c);
       c.dropout = 0.17f, c.causal = 0, c.window = 1, c.wl = 20, c.wr = 3;
@@ -360,7 +362,7 @@ static void build_table(void) {
   ADD(.name = "sm90 dropout", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 150,
       .sk = 270, .d = 64, .dropout = 0.17f, .causal = 1, .sm90 = 1, .rows16 = 1);
 
-  /* ---- above d = 256 (the warp-pair rows of buckets 384 and 512): off the
+  /* ---- above d = 256 (the warp-pair rows of buckets 320, 384 and 512): off the
    * grid, GQA, both causal alignments, windows, varlen, score features,
    * dropout, a bias, d != d_v, several key tiles */
   ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 130, .sk = 200,
@@ -376,7 +378,10 @@ static void build_table(void) {
   ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 90, .sk = 333,
       .d = 448, .dv = 320, .causal = 1, .rows16 = 1, .kernel = "fwd_sm80_bf16_hd512");
   ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 1, .h = 2, .hk = 1, .sq = 300, .sk = 500,
-      .d = 320, .dv = 256, .scale = 0.05f, .rows16 = 1, .kernel = "fwd_sm80_f16_hd384");
+      .d = 320, .dv = 256, .scale = 0.05f, .rows16 = 1, .kernel = "fwd_sm80_f16_hd320");
+  ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 2, .hk = 1, .sq = 150, .sk = 170,
+      .d = 336, .dv = 384, .causal = 1, .dropout = 0.17f, .rows16 = 1,
+      .kernel = "fwd_sm80_bf16_hd384");
 
   /* ---- d_qk != d_v on the tensor-core rows: the Hopper rows (the bucket of
    * max(d, d_v), V and O masked to d_v), the sm80 rows forced, with a bias
