@@ -66,7 +66,6 @@
 #include "problem.h"
 #include "registry.h"
 #include "cuda/fwd/fwd_common.cuh"
-#include "cuda/ptx/ptx_bar.cuh"
 #include "cuda/ptx/ptx_cp_async.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh"
 #include "cuda/ptx/ptx_mma.cuh"
@@ -99,13 +98,13 @@ enum {
   BN = SDPA_BLOCK_N,          /* keys per tile */
   NWARPS = SDPA_WARPS,
   NTHREADS = NWARPS * 32,
-  DSW = SDPA_FWD_DS,         /* warps a row tile, each with DT of O's n8 column tiles */
-  MW = BM / (NWARPS / DSW),  /* query rows per warp */
+  DSPLIT = SDPA_FWD_DS,      /* warps a row tile, each with DT of O's n8 column tiles */
+  MW = BM / (NWARPS / DSPLIT), /* query rows per warp */
   MT = MW / 16,              /* m16 tiles per warp */
   NT = BN / 8,               /* n8 tiles of S per warp row */
   KS = HD / 16,              /* k16 steps of Q K^T */
-  KSW = KS / DSW,            /* ... a warp (its share of the head dim) */
-  DT = HD / 8 / DSW,         /* n8 tiles of O a warp */
+  KSW = KS / DSPLIT,         /* ... a warp (its share of the head dim) */
+  DT = HD / 8 / DSPLIT,      /* n8 tiles of O a warp */
   PS = BN / 16,              /* k16 steps of P V */
   CPR = HD / 8,              /* 16-byte chunks per shared row */
   EPC = 8,                   /* elements per chunk */
@@ -122,8 +121,8 @@ enum {
   /* one K/V stage, FlashAttention-2's overlap: V of tile n loads under
    * Q K^T of n, K of n+1 under P V of n (a second stage spills at d = 128
    * and gains nothing elsewhere) */
-  /* DSW = 2: each warp's partial S, [NWARPS][MT NT][32 lanes] float4 */
-  SMEM_X = DSW > 1 ? NWARPS * MT * NT * 32 * 16 : 0,
+  /* DSPLIT = 2: each warp's partial S, [NWARPS][MT NT][32 lanes] float4 */
+  SMEM_X = DSPLIT > 1 ? NWARPS * MT * NT * 32 * 16 : 0,
   SMEM_BYTES = SMEM_Q + 2 * SMEM_KV + SMEM_X, /* layout: Q | K V | partial S | bias tile */
   /* the bias tile in shared memory (fast kernels): BM rows of BN keys padded
    * by 8, so a quad's 8 rows x 4 words hit 32 distinct banks */
@@ -133,8 +132,8 @@ enum {
 };
 
 static_assert(HD % 16 == 0 && HD <= 512, "head-dim bucket must be a multiple of 16, <= 512");
-static_assert((DSW == 1 || (DSW == 2 && !FULL && !Q_REGS)) && (HD / 8) % (2 * DSW) == 0 &&
-                  KS % DSW == 0,
+static_assert((DSPLIT == 1 || (DSPLIT == 2 && !FULL && !Q_REGS)) &&
+                  (HD / 8) % (2 * DSPLIT) == 0 && KS % DSPLIT == 0,
               "a warp pair (not in the probs variant, Q from shared memory) splits the head "
               "dim in whole k16 steps and O's columns in whole n8 pairs");
 static_assert(!FULL || (MW == 16 && BN <= (HD > 128 ? 32 : 64)),
@@ -156,7 +155,7 @@ __device__ __forceinline__ int swz(int r, int c) {
 #include "cuda/ptx/tile_load.cuh" /* load_tile: reads NTHREADS, CPR, CPRP, LOAD_RPP, EPC, LOAD_PLAIN */
 
 /* S = Q K^T for the K tile at sk_base (shared address of this lane's ldmatrix
- * row), over the head dim's chunks from kc0 (0, or this warp's half: DSW = 2). */
+ * row), over the head dim's chunks from kc0 (0, or this warp's half: DSPLIT = 2). */
 __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4],
                                         uint32_t sq_lane, int q_x7, int q_x3, int q_hi,
                                         uint32_t sk_lane, int k_x7, int k_x3, int k_hi, int kc0) {
@@ -193,34 +192,6 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], uint32_t (*qr)[QKS][4
       }
     }
   }
-}
-
-/* DSW = 2: S = the pair's two halves, through shared memory at sx (each
- * warp's slot, one float4 a lane and n8 tile: every phase 512 contiguous
- * bytes). mine + theirs is the same sum in both warps (fp32 addition
- * commutes), so the pair's softmax sees the same bits. A slot is rewritten
- * at the next key tile, after two block barriers: the partner has read it. */
-__device__ __forceinline__ void pair_sum_s(float (*s)[NT][4], uint32_t sx, int warp, int lane) {
-  const uint32_t mine = sx + (uint32_t)((warp * MT * NT * 32 + lane) * 16);
-  const uint32_t theirs = sx + (uint32_t)(((warp ^ 1) * MT * NT * 32 + lane) * 16);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine + (mt * NT + nt) * 512),
-                   "f"(s[mt][nt][0]), "f"(s[mt][nt][1]), "f"(s[mt][nt][2]), "f"(s[mt][nt][3]));
-  bar_sync_named(1 + warp / 2, 64);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float x[4];
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(x[0]), "=f"(x[1]), "=f"(x[2]), "=f"(x[3])
-                   : "r"(theirs + (mt * NT + nt) * 512));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] += x[e];
-    }
 }
 
 /* ---- bias -------------------------------------------------------------------
@@ -260,7 +231,7 @@ __device__ __forceinline__ void add_bias(float (*s)[NT][4], const sdpa_problem *
                                          const fwd_rows *rw, int n0, int t, const uint32_t *sb,
                                          float smul) {
   if (BIAS_SMEM) {
-    const int r = ((int)threadIdx.x >> 5) / DSW * MW + (((int)threadIdx.x & 31) >> 2);
+    const int r = ((int)threadIdx.x >> 5) / DSPLIT * MW + (((int)threadIdx.x & 31) >> 2);
     const uint32_t *a = sb + (r * BROW + 2 * t) / 2;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -318,7 +289,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   /* row tile; first n8 column tile of O; first head-dim chunk of Q K^T */
-  const int rt = warp / DSW, oc = warp % DSW * DT, kc0 = warp % DSW * 2 * KSW;
+  const int rt = warp / DSPLIT, oc = warp % DSPLIT * DT, kc0 = warp % DSPLIT * 2 * KSW;
   fwd_block kb;
   if (!fwd_block_init(&kb, prm, BM)) return;
   const int b = kb.b, hh = kb.hh, hk = kb.hk, sq = kb.sq, sk = kb.sk, d = kb.d, m0 = kb.m0;
@@ -328,6 +299,7 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
   const uint32_t s_k = s_q + SMEM_Q;
   const uint32_t s_v = s_k + SMEM_KV;
   const uint32_t s_b = s_q + SMEM_BYTES; /* the bias tile (BIAS_SMEM) */
+  float4 *xs = (float4 *)(smem + SMEM_Q + 2 * SMEM_KV) + lane; /* S exchange slots, this lane */
 
   const uint16_t *qg = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, m0, hh);
   const uint16_t *kg = (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, 0, hk);
@@ -387,7 +359,8 @@ __device__ __forceinline__ void fwd_body(const sdpa_fwd_params *prm, int drop, i
     if (drop && prm->has_dropout) drop_mask(dm, p, &kb.rw, bh, n0, t);
     float s[MT][NT][4];
     gemm_qk(s, qr, sq_lane, q_x7, q_x3, q_hi, sk_lane, k_x7, k_x3, k_hi, kc0);
-    if (DSW > 1) pair_sum_s(s, s_q + SMEM_Q + 2 * SMEM_KV, warp, lane);
+    if (DSPLIT > 1) /* partial over half the head dim: add the partner's */
+      s_exchange(s, xs + warp * MT * NT * 32, xs + (warp ^ 1) * MT * NT * 32, 1 + rt);
     const int full = n0 >= kb.lo1 && n0 + BN <= kb.hi0;
     finish_scores(s, prm, &kb, n0, t, !full, bias, (const uint32_t *)(smem + SMEM_BYTES));
     softmax_step(s, o, row_max, row_sum, prm->exp_mul);

@@ -4,7 +4,8 @@
  * accumulator layout both mma shapes share (m16n8: c0, c1 = row g, keys
  * 2t, 2t + 1; c2, c3 = row g + 8): the score modifiers (scale, softcap,
  * alibi, mask), one online-softmax step (row max, rescale factor, P, row
- * sum, O rescale) and the final row statistics. A body includes it after its
+ * sum, O rescale), the final row statistics, and a warp pair's sum of its
+ * partial S tiles. A body includes it after its
  * geometry enum, which must define MT (m16 tiles per warp), NT (n8 tiles of
  * a key tile) and DT (n8 column tiles of O, o[MT][DT][4]). Loops over every
  * element of a tile are one flat loop over k (mt-major, then nt, then e);
@@ -16,6 +17,7 @@
 #include <math.h>
 
 #include "cuda/fwd/fwd_common.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
 
 enum { S_ELEMS = MT * NT * 4, O_ELEMS = MT * DT * 4 };
 
@@ -154,6 +156,31 @@ __device__ __forceinline__ void softmax_final(float (*row_sum)[2], float (*lse2)
       row_sum[mt][hf] = l;
       lse2[mt][hf] = l > 0.f ? row_max[mt][hf] * xm + log2f(l) : INFINITY;
     }
+}
+
+/* A warp pair splitting the head dim of S (DSPLIT = 2 in both forwards):
+ * this warp's partial S to its slot of the exchange area, and its partner's
+ * (warp ^ 1, the other half of the head dim) added in, after the pair's
+ * named barrier (id bar). Both warps then hold the same bits (an
+ * fp32 sum of two terms does not depend on their order), so they agree on
+ * every row max, P and row sum. Slot layout [warp][MT NT][32 lanes] float4:
+ * every store and load phase is 512 contiguous bytes. The slot is rewritten
+ * a tile later, after two __syncthreads, when the partner has long read it. */
+__device__ __forceinline__ void s_exchange(float (*s)[NT][4], float4 *x_mine,
+                                           const float4 *x_other, int bar) {
+#pragma unroll
+  for (int i = 0; i < S_ELEMS / 4; ++i)
+    x_mine[i * 32] = make_float4(*s_at(s, 4 * i), *s_at(s, 4 * i + 1), *s_at(s, 4 * i + 2),
+                                 *s_at(s, 4 * i + 3));
+  bar_sync_named(bar, 64);
+#pragma unroll
+  for (int i = 0; i < S_ELEMS / 4; ++i) {
+    const float4 v = x_other[i * 32];
+    *s_at(s, 4 * i) += v.x;
+    *s_at(s, 4 * i + 1) += v.y;
+    *s_at(s, 4 * i + 2) += v.z;
+    *s_at(s, 4 * i + 3) += v.w;
+  }
 }
 
 #endif /* SDPA_FWD_SOFTMAX_CUH */

@@ -224,30 +224,6 @@ __device__ __forceinline__ void gemm_qk(float (*s)[NT][4], const tf_lane *L) {
   }
 }
 
-/* DSPLIT = 2: this warp's partial S to its slot of the exchange area, and
- * its partner's (warp ^ 1, the other half of the head dim) added in, after
- * the pair's named barrier (id bar). Both warps then hold the same bits (an
- * fp32 sum of two terms does not depend on their order), so they agree on
- * every row max, P and row sum. Slot layout [warp][XCH][32 lanes] float4:
- * every store and load phase is 512 contiguous bytes. The slot is rewritten
- * a tile later, after two __syncthreads, when the partner has long read it. */
-__device__ __forceinline__ void s_exchange(float (*s)[NT][4], float4 *x_mine,
-                                           const float4 *x_other, int bar) {
-#pragma unroll
-  for (int i = 0; i < XCH; ++i)
-    x_mine[i * 32] = make_float4(*s_at(s, 4 * i), *s_at(s, 4 * i + 1), *s_at(s, 4 * i + 2),
-                                 *s_at(s, 4 * i + 3));
-  bar_sync_named(bar, 32 * DSPLIT);
-#pragma unroll
-  for (int i = 0; i < XCH; ++i) {
-    const float4 v = x_other[i * 32];
-    *s_at(s, 4 * i) += v.x;
-    *s_at(s, 4 * i + 1) += v.y;
-    *s_at(s, 4 * i + 2) += v.z;
-    *s_at(s, 4 * i + 3) += v.w;
-  }
-}
-
 /* ---- O += P V ----------------------------------------------------------------- */
 
 /* P as A operands, split: ph / pl [MT][NT][4] with a0 = c0, a1 = c2, a2 = c1, a3 = c3. */
