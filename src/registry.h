@@ -112,6 +112,10 @@ int sdpa_cuda_arch(void);
 int sdpa_cuda_sm_count(void);
 /* the current device's opt-in shared memory a block in bytes (0: none usable) */
 int sdpa_cuda_smem_optin(void);
+/* A row's refusal of a device whose blocks cannot take `bytes` of dynamic
+ * shared memory (the registry then moves on; the opt-in would fail at the
+ * launch): why, written into why[n], or NULL when it fits. */
+const char *sdpa_cuda_smem_refusal(int bytes, char *why, size_t n);
 /* Devices the per-device caches and flags cover (more are used uncached). */
 #define SDPA_MAX_DEVICES 64
 /* Raises a kernel's dynamic shared-memory limit to `bytes` (> 48 KB needs it)

@@ -9,6 +9,7 @@
  * allocation from the library's pool).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
@@ -70,6 +71,14 @@ extern "C" int sdpa_cuda_smem_optin(void) {
   int dev;
   if (!read_device(&dev)) return 0;
   return smem_cache[dev] > 0 ? smem_cache[dev] : 0;
+}
+
+extern "C" const char *sdpa_cuda_smem_refusal(int bytes, char *why, size_t n) {
+  const int optin = sdpa_cuda_smem_optin();
+  if (bytes <= 48 * 1024 || bytes <= optin) return NULL;
+  snprintf(why, n, "its block takes %d bytes of shared memory; this device allows %d", bytes,
+           optin);
+  return why;
 }
 
 /* Whether `kernel`, as loaded on the current device, was compiled from PTX

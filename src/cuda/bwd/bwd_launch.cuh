@@ -164,12 +164,7 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
 #else
   const int smem = (int)SMEM_BYTES;
 #endif
-  const int optin = sdpa_cuda_smem_optin();
-  if (optin > 0 && smem > optin) {
-    snprintf(why, n, "its block takes %d bytes of shared memory; this device allows %d", smem,
-             optin);
-    return why;
-  }
+  if (sdpa_cuda_smem_refusal(smem, why, n)) return why;
   if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;

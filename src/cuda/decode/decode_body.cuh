@@ -609,12 +609,7 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
   (void)row;
-  const int optin = sdpa_cuda_smem_optin();
-  if (optin < (int)SMEM_BYTES) {
-    snprintf(why, n, "its block's %d bytes of shared memory do not fit this device's %d",
-             (int)SMEM_BYTES, optin);
-    return why;
-  }
+  if (sdpa_cuda_smem_refusal((int)SMEM_BYTES, why, n)) return why;
   sdpa_decode_shape base;
   if (SDPA_PASTE(SDPA_BASE_KERNEL_NAME, _plan_shape)(&base) != SDPA_OK ||
       !sdpa_decode_wants_wide(p, &base)) {

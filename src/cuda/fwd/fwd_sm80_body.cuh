@@ -516,7 +516,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
-  return sdpa_fwd_sm80_refuse(p, row, why, n);
+  if (sdpa_fwd_sm80_refuse(p, row, why, n)) return why;
+  /* the bias kernel's block adds the bias tile (d 384's exceeds an A100's 163 KB) */
+  return sdpa_cuda_smem_refusal((int)SMEM_BYTES + (p->bias ? (int)SMEM_BIAS : 0), why, n);
 }
 #endif
 

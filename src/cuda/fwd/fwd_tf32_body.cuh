@@ -408,6 +408,14 @@ extern "C" __global__ void __launch_bounds__(NTHREADS)
 
 /* ---- host launch -------------------------------------------------------------- */
 
+/* d 256's block (192 KB) exceeds an A100's 163 KB: refused there, fwd_simt runs it */
+extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
+                                                            const sdpa_kernel_row *row, char *why,
+                                                            size_t n) {
+  (void)p, (void)row;
+  return sdpa_cuda_smem_refusal((int)SMEM_BYTES, why, n);
+}
+
 extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *row) {
   /* per device and kernel: dynamic shared-memory limit raised */
   static unsigned char smem_set[SDPA_MAX_DEVICES], smem_set_bias[SDPA_MAX_DEVICES];
