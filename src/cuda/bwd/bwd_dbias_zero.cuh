@@ -26,22 +26,19 @@ __device__ __forceinline__ void bwd_dbias_zero(const sdpa_problem *p, int b, int
   for (int i = i0 + tid / BN; i < i1; i += NTHREADS / BN) base[(int64_t)i * p->dbias_sq + j] = 0;
 }
 
-/* dbias of the query blocks key block kf skips (its masks) is zero, for
- * every query head of kv head hk's group. */
-__device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_params *prm,
-                                                       const bwd_kframe kf, int b, int hk,
+/* dbias is zero outside the query blocks [m_lo, m_hi] that the key block
+ * at n0 visits (bwd_query_blocks; none: m_lo = 0, m_hi = -1, so the second
+ * range is every row), for every query head of kv head hk's group. */
+__device__ __forceinline__ void bwd_dbias_zero_skipped(const sdpa_bwd_params *prm, int n0, int sq,
+                                                       int sk, int m_lo, int m_hi, int b, int hk,
                                                        int tid) {
-  if (!prm->has_dbias || kf.n0 >= kf.sk) return;
-  const int j1 = kf.n0 + BN < kf.sk ? kf.n0 + BN : kf.sk, group = prm->h_per_hk;
+  if (!prm->has_dbias || n0 >= sk) return;
+  const int j1 = n0 + BN < sk ? n0 + BN : sk, group = prm->h_per_hk;
   const sdpa_problem *p = &prm->p;
 #pragma unroll 1
   for (int hh = hk * group; hh < (hk + 1) * group; ++hh) {
-    if (kf.nm == 0) {
-      bwd_dbias_zero(p, b, hh, 0, kf.sq, kf.n0, j1, tid);
-    } else {
-      bwd_dbias_zero(p, b, hh, 0, kf.m_lo * BM, kf.n0, j1, tid);
-      bwd_dbias_zero(p, b, hh, (kf.m_hi + 1) * BM, kf.sq, kf.n0, j1, tid);
-    }
+    bwd_dbias_zero(p, b, hh, 0, m_lo * BM, n0, j1, tid);
+    bwd_dbias_zero(p, b, hh, (m_hi + 1) * BM, sq, n0, j1, tid);
   }
 }
 

@@ -395,7 +395,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     }
   }
 
-  if (feat == 2) bwd_dbias_zero_skipped(prm, kf, b, hk, tid); /* dbias the masks skip: 0 */
+  if (feat == 2) /* dbias the masks skip: 0 */
+    bwd_dbias_zero_skipped(prm, kf.n0, kf.sq, kf.sk, kf.m_lo, kf.m_hi, b, hk, tid);
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll

@@ -311,7 +311,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 
   /* dbias of the query blocks the masks keep these keys from is 0 (first:
      at the end, with dK / dV live, the d = 128 deterministic kernel spilled) */
-  if (feat == 2) bwd_dbias_zero_skipped(prm, kf, b, hk, tid);
+  if (feat == 2) bwd_dbias_zero_skipped(prm, kf.n0, kf.sq, kf.sk, kf.m_lo, kf.m_hi, b, hk, tid);
 
   float dk[DTW][4], dv[DTW][4];
   bwd_zero_acc(dk, DTW);

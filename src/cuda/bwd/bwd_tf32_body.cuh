@@ -596,7 +596,7 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, 
     }
   }
 
-  if (feat == 2) bwd_dbias_zero_skipped(prm, bwd_kframe_make(prm, b, nblk, BN, BM), b, hk, tid);
+  if (feat == 2) bwd_dbias_zero_skipped(prm, n0, sq, sk, m_lo, m_hi, b, hk, tid);
 
   /* dK (times scale) and dV; keys past seqused_k (no step) get zeros */
   const int fk = (int)sdpa_seq_full_len_k(p, b), d = (int)p->d;
