@@ -65,10 +65,11 @@ def _bias4(bias):
 def _call(fn, desc, dev, size_fn=None, large_ws=False):
     """fn(&desc) with dev's CUDA device current (torch's, switched only if it is
     another: the library launches on the current device); raises on failure.
-    size_fn: the call's workspace query (see _capture_workspace), asked on
-    that device; large_ws: the call may need a large workspace (a dbias
-    summed over broadcast dims: the full gradient). No contextlib on the
-    usual path: a call's host cost counts (issue 4)."""
+    size_fn: the call's workspace query (see _torch_workspace), asked on
+    that device; large_ws: the call's workspace may pass the library pool's
+    64 MB (every backward: the dQ accumulator, a summed dbias's full
+    gradient). No contextlib on the usual path: a call's host cost counts
+    (issue 4)."""
     if dev[0] == T.CUDA:
         torch = T._torch()
         if torch is not None and torch.cuda.current_device() != dev[1]:
@@ -82,7 +83,7 @@ def _call(fn, desc, dev, size_fn=None, large_ws=False):
 def _call_cuda(fn, desc, dev, size_fn, torch, large_ws=False):
     """_call on dev's device, current: with a workspace from torch inside a capture
     or where it may be large."""
-    ws = _capture_workspace(size_fn, desc, dev, torch, large_ws) if size_fn is not None else None
+    ws = _torch_workspace(size_fn, desc, dev, torch, large_ws) if size_fn is not None else None
     r = _lib.check(fn(ctypes.byref(desc)))
     del ws  # after the call: torch's allocator orders the block's reuse after it
     return r
@@ -300,7 +301,7 @@ def _build_fwd(q, k, v, *, causal=False, align="bottom-right", window=(-1, -1), 
     return d, c, out, lse, probs
 
 
-def _capture_workspace(size_fn, desc, dev, torch, large=False):
+def _torch_workspace(size_fn, desc, dev, torch, large=False):
     """Inside a CUDA graph capture on torch's current stream: the call's
     workspace from torch's allocator (the capture's private pool), so the
     graph holds no allocation and free nodes of the library's stream-ordered
@@ -483,8 +484,7 @@ def backward(dout, q, k, v, out, lse, *, causal=False, align="bottom-right", win
         deterministic=deterministic, num_threads=num_threads, kernel=kernel, dq=dq, dk=dk, dv=dv,
         dlse=dlse)
     L = _lib.lib()
-    summed = db is not None and 1 in tuple(db.shape[:3])  # dbias over broadcast dims
-    _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size, summed)
+    _call(L.sdpa_bwd, d, c.dev, L.sdpa_bwd_workspace_size, True)
     return (dq, dk, dv) if db is None else (dq, dk, dv, db)
 
 
