@@ -98,12 +98,16 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated substrings: the cells naming one")
     ap.add_argument("--max-slowdown", type=float, default=None)
     ap.add_argument("--dims", default="64,128,256", help="head dims of the attention cells")
+    ap.add_argument("--extras", default="plain,dropout,bias",
+                    help="the attention cells' variants: plain, dropout, bias")
     args = ap.parse_args()
     libs = common.parse_libs(args.libs)
     cells = []
     for op in ("fwd", "bwd"):
         for c in attn_cells(args.quick, [int(x) for x in args.dims.split(",")]):
             for extra in ("", "dropout", "bias"):
+                if (extra or "plain") not in args.extras.split(","):
+                    continue
                 if extra and (c["d"] == 256 or c["s"] > 4096):
                     continue
                 name = f"{op} d{c['d']} s{c['s']}{' causal' if c['causal'] else ''} {extra}".strip()

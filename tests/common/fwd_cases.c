@@ -62,6 +62,11 @@ static void build_table(void) {
     ADD(.name = "small sm90", .on = ON_CUDA, .small = 1, .dt = dts2[k / 4], .b = 1, .h = 4,
         .hk = 2, .sq = 130, .sk = 200, .d = d9[k % 4], .causal = 1, .rows16 = 1, .sm90 = 1);
   }
+  /* unmasked: more work items than an H100 / H200 has SMs, so the blocks are
+   * persistent (and d 40 takes the 192-row d 64 row) */
+  for (int k = 0; k < 2; ++k)
+    ADD(.name = "small sm90 persistent", .on = ON_CUDA, .small = 1, .dt = dts2[k], .b = 1,
+        .h = 80, .hk = 8, .sq = 200, .sk = 70, .d = k ? 232 : 40, .rows16 = 1, .sm90 = 1);
   /* d_qk != d_v (MLA's 192 / 128) on the Hopper row and forced onto the sm80 one */
   ADD(.name = "small mla sm90", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 1,
       .sq = 130, .sk = 200, .d = 192, .dv = 128, .causal = 1, .rows16 = 1, .sm90 = 1);
@@ -343,6 +348,14 @@ static void build_table(void) {
       ADD(.name = "sm90", .on = ON_BOTH, .dt = dts2[k / 9], .b = 2, .h = 8,
           .hk = k % 3 == 0 ? 1 : 8 >> (k % 3), .sq = 65 + 37 * k, .sk = 129 + 61 * k,
           .d = d9[k % 6], .causal = k % 4 == 1, .top_left = k % 8 == 5, .sm90 = 1, .rows16 = 1);
+  }
+  /* unmasked, more work items than SMs: persistent blocks, every bucket */
+  {
+    const int64_t dp[5] = {64, 40, 96, 160, 256};
+    for (int k = 0; k < 10; ++k)
+      ADD(.name = "sm90 persistent", .on = ON_BOTH, .dt = dts2[k & 1], .b = 3, .h = 16,
+          .hk = 4, .sq = 700 + 11 * k, .sk = 450 + 7 * k, .d = dp[k % 5], .alibi = k == 3,
+          .softcap = k == 4 ? 5.0f : 0.f, .sm90 = 1, .rows16 = 1);
   }
   ADD(.name = "sm90 long causal", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 1100,
       .sk = 1300, .d = 128, .causal = 1, .sm90 = 1, .rows16 = 1);

@@ -135,15 +135,14 @@ typedef struct fwd_block {
   fwd_rows rw;        /* this thread's rows */
 } fwd_block;
 
-/* Who the block is: batch, head, lengths, first query row (bm rows a
- * block); 0 when it has no query row (varlen: past this batch's s_q), so the
- * kernel returns before any address math. */
-__device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_params *prm,
-                                              int bm) {
+/* Who query block m_block of head hh, batch b is: lengths, first query row
+ * (bm rows a block); 0 when it has no query row (varlen: past this batch's
+ * s_q), so the kernel returns before any address math. */
+__device__ __forceinline__ int fwd_block_init_at(fwd_block *kb, const sdpa_fwd_params *prm,
+                                                 int bm, int m_block, int hh, int b) {
   const sdpa_problem *p = &prm->p;
-  const int m_block = (int)gridDim.x - 1 - (int)blockIdx.x;
-  kb->hh = blockIdx.y;
-  kb->b = blockIdx.z;
+  kb->hh = hh;
+  kb->b = b;
   kb->sq = (int)sdpa_seq_len_q(p, kb->b);
   kb->m0 = m_block * bm;
   if (kb->m0 >= kb->sq) return 0;
@@ -151,6 +150,14 @@ __device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_para
   kb->hk = kb->hh / prm->h_per_hk;
   kb->d = (int)p->d;
   return 1;
+}
+
+/* fwd_block_init_at for this block of the grid (query blocks counted from
+ * the last, heads, batch). */
+__device__ __forceinline__ int fwd_block_init(fwd_block *kb, const sdpa_fwd_params *prm,
+                                              int bm) {
+  return fwd_block_init_at(kb, prm, bm, (int)gridDim.x - 1 - (int)blockIdx.x, (int)blockIdx.y,
+                           (int)blockIdx.z);
 }
 
 /* What the block visits: key tiles of bn keys, the rows of this thread

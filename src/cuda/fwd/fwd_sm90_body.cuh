@@ -81,9 +81,35 @@
  * and with dropout, it does not. */
 #define SDPA_FWD_PIPE (SDPA_DV == 128 || SDPA_DV == 192)
 
+/* Whether the consumer warpgroups take turns at the tensor cores
+ * (turn_wait / turn_pass): above d = 64, where it gains; at d = 64 a tile's
+ * products are short and turns only delay them. */
+#define SDPA_FWD_TURNS (SDPA_HDIM > 64)
+
 /* Who makes the dropout mask: the producer warpgroup with key tiles of 128,
  * the consumers with tiles of 64 (fwd_sm90_dropout.cuh says why). */
-#define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128)
+#ifdef SDPA_FWD_NO_DROPOUT
+#define SDPA_MASK_BY_PRODUCER 0
+#else
+#define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128 && SDPA_BLOCK_M <= 128)
+#endif
+
+/* setmaxnreg's split of the register file (65536 a block): the producer
+ * warpgroup keeps SDPA_REG_P (more where it makes the dropout mask), the
+ * consumers get SDPA_REG_C, 128 P + 128 NWG C <= 65536 in multiples of 8. */
+#if SDPA_WARPS == 12
+#define SDPA_REG_P 24
+#define SDPA_REG_C 240
+#define SDPA_REG_P_MASK 64
+#define SDPA_REG_C_MASK 216
+#elif SDPA_WARPS == 16
+#define SDPA_REG_P 24
+#define SDPA_REG_C 160
+#define SDPA_REG_P_MASK 24 /* the consumers make the mask (BLOCK_M 192) */
+#define SDPA_REG_C_MASK 160
+#else
+#error "sm90 forward: two or three consumer warpgroups"
+#endif
 
 enum {
   HD = SDPA_HDIM,
@@ -94,6 +120,9 @@ enum {
   BN = SDPA_BLOCK_N,
   NTHREADS = SDPA_WARPS * 32,
   NWG = SDPA_WARPS / 4 - 1, /* consumer warpgroups */
+  /* K / V ring stages: three in the 192-row blocks (d = 64), whose tiles are
+   * short, so a third copy in flight hides more latency; two elsewhere */
+  STAGES = BM > 128 ? 3 : 2,
   MT = 1,                 /* fwd_softmax.cuh's geometry: one m16 tile a warp */
   NT = BN / 8,
   DT = DV / 8,
@@ -104,36 +133,43 @@ enum {
   TILE_KV = BN * HD * 2,  /* a K tile */
   TILE_V = BN * DV * 2,
   OFF_K = TILE_Q,
-  OFF_V = OFF_K + 2 * TILE_KV,
-  OFF_MASK = OFF_V + 2 * TILE_V, /* the dropout mask's two-stage ring (fwd_sm90_dropout.cuh) */
+  OFF_V = OFF_K + STAGES * TILE_KV,
+  OFF_MASK = OFF_V + STAGES * TILE_V, /* the dropout mask's ring (fwd_sm90_dropout.cuh) */
   MASK_STAGE = 128 * NWG * 8,     /* bytes of a stage: a uint2 a consumer thread */
-  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? 2 * MASK_STAGE : 0),
-  SMEM_BYTES = OFF_BAR + 13 * 8 + 1024 /* barriers; slack to align the base to 1024 */
+  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? STAGES * MASK_STAGE : 0),
+  SMEM_BYTES = OFF_BAR + (2 + 6 * STAGES) * 8 + 1024, /* barriers; slack to align the base to 1024 */
+  /* named barriers: 1 + cw the epilogue's, 1 + NWG zero_v_tail's, then the turns' */
+  TURN_BAR = 2 + NWG
 };
 
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets: multiples of 64 up to 256");
 static_assert(DV % 64 == 0 && DV <= HD, "V's columns: 64-column blocks, at most the bucket");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
-static_assert(BN == 64 || BN == 96 || BN == 128, "key tiles of 64, 96 or 128");
+static_assert(BN % 16 == 0 && BN <= 160, "key tiles of k16 steps, at most 160");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
 #include "cuda/fwd/fwd_dropout.cuh" /* reads MT, PS */
 #include "cuda/fwd/fwd_sm90_dropout.cuh" /* reads BM, PS */
 
-/* mbarriers: Q; K full, V full, K empty, V empty, mask full, mask empty per stage */
+/* mbarriers: Q full, Q empty; K full, V full, K empty, V empty, mask full,
+ * mask empty per stage */
 __device__ __forceinline__ uint32_t bar_q(uint32_t bars) { return bars; }
-__device__ __forceinline__ uint32_t bar_kfull(uint32_t bars, int s) { return bars + 8 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_vfull(uint32_t bars, int s) { return bars + 24 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) { return bars + 40 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return bars + 56 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bars + 72 + 8 * s; }
-__device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bars + 88 + 8 * s; }
+__device__ __forceinline__ uint32_t bar_qempty(uint32_t bars) { return bars + 8; }
+__device__ __forceinline__ uint32_t bar_ring(uint32_t bars, int k, int s) {
+  return bars + 16 + 8 * (k * STAGES + s);
+}
+__device__ __forceinline__ uint32_t bar_kfull(uint32_t bars, int s) { return bar_ring(bars, 0, s); }
+__device__ __forceinline__ uint32_t bar_vfull(uint32_t bars, int s) { return bar_ring(bars, 1, s); }
+__device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) { return bar_ring(bars, 2, s); }
+__device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return bar_ring(bars, 3, s); }
+__device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bar_ring(bars, 4, s); }
+__device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bar_ring(bars, 5, s); }
 
 /* The ring stage of the block's it-th key tile, and the phase its stage's
  * barriers complete in that tile (the K / V and mask rings: two stages). */
-__device__ __forceinline__ int ring_stage(int it) { return it & 1; }
-__device__ __forceinline__ uint32_t ring_phase(int it) { return (uint32_t)(it >> 1) & 1u; }
+__device__ __forceinline__ int ring_stage(int it) { return it % STAGES; }
+__device__ __forceinline__ uint32_t ring_phase(int it) { return (uint32_t)(it / STAGES) & 1u; }
 
 /* One K or V tile (rows row0.., kv head hk, batch b; ncb column blocks, a
  * literal) into the stage at dst once its consumers freed it (the empty
@@ -147,33 +183,43 @@ __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t ds
   for (int cb = 0; cb < ncb; ++cb) tma_load_4d(dst + cb * BN * ROWB, map, cb * 64, row0, hk, b, full);
 }
 
-/* The producer warpgroup (ptid its thread): thread 0 copies Q once, then K
- * and V of every key tile, each into its stage once the consumers have freed
- * it. With make_mask (a literal) every thread R also makes query row R's
- * verdicts of each tile into the mask ring (fwd_sm90_dropout.cuh), between
- * the tile's K and V copies: tile it - 2's K stage is free early in that
- * tile, its V stage at its end, and the consumers need tile it's mask a tile
- * after that. Without dropout only thread 0 comes here. */
+/* Q of the block's work item (the item-th this block takes) into the Q
+ * tile, once the consumers' epilogue of the previous item, which reads the
+ * output through Q's rows, has freed it (Q empty). */
+__device__ __forceinline__ void load_q(const sdpa_fwd_sm90_params *prm9, uint32_t base,
+                                       uint32_t bars, int m0, int hh, int b, int item) {
+  if (item > 0) mbar_wait(bar_qempty(bars), (uint32_t)(item - 1) & 1u);
+  mbar_expect_tx(bar_q(bars), TILE_Q);
+#pragma unroll
+  for (int cb = 0; cb < NCB; ++cb)
+#pragma unroll
+    for (int w = 0; w < NWG; ++w)
+      tma_load_4d(base + cb * BM * ROWB + w * 64 * ROWB, &prm9->tq, cb * 64, m0 + 64 * w, hh, b,
+                  bar_q(bars));
+}
+
+/* The producer warpgroup (ptid its thread) on one work item (the block's
+ * item-th; its first key tile is the ring's it0-th): thread 0 copies Q and
+ * K and V of every key tile, each into its stage once the consumers have
+ * freed it; the first tile's K and V go before Q, so that they load while
+ * the previous item's epilogue holds the Q tile. With make_mask (a literal)
+ * every thread R also makes query row R's verdicts of each tile into the
+ * mask ring (fwd_sm90_dropout.cuh), between the tile's K and V copies: a
+ * tile's K stage frees early in the tile that last used it, its V stage at
+ * that tile's end. Without dropout only thread 0 comes here. */
 __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const fwd_block *kb,
-                                        uint32_t base, uint32_t bars, int ptid,
-                                        int make_mask) {
+                                        uint32_t base, uint32_t bars, int ptid, int make_mask,
+                                        int item, int it0) {
   /* varlen maps are [total, h, d] with batch 1: rows start at the sequence's */
   const sdpa_problem *p = &prm9->base.p;
   const int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   const int b = varlen ? 0 : kb->b, hh = kb->hh, hk = kb->hk;
   const int m0 = kb->m0 + (varlen ? p->cu_q[kb->b] : 0);
   const int k0 = varlen ? p->cu_k[kb->b] : 0;
-  if (ptid == 0) {
-    mbar_expect_tx(bar_q(bars), TILE_Q);
-#pragma unroll
-    for (int cb = 0; cb < NCB; ++cb)
-#pragma unroll
-      for (int w = 0; w < NWG; ++w)
-        tma_load_4d(base + cb * BM * ROWB + w * 64 * ROWB, &prm9->tq, cb * 64, m0 + 64 * w, hh,
-                    b, bar_q(bars));
-  }
+  if (ptid == 0 && (item == 0 || kb->n_begin == kb->n_end))
+    load_q(prm9, base, bars, m0, hh, b, item);
   const uint32_t bh = (uint32_t)(kb->b * p->h + hh);
-  for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
+  for (int n = kb->n_begin, it = it0; n < kb->n_end; ++n, ++it) {
     const int s = ring_stage(it);
     const uint32_t ph = ring_phase(it);
     if (ptid == 0)
@@ -182,9 +228,11 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
     if (make_mask && ptid < BM)
       mask_row(p, bh, kb->m0 + ptid, n * BN, ptid, base + OFF_MASK + s * MASK_STAGE,
                bar_mfull(bars, s), bar_mempty(bars, s), ph);
-    if (ptid == 0)
+    if (ptid == 0) {
       load_kv_tile(&prm9->tv, base + OFF_V + s * TILE_V, bar_vfull(bars, s),
                    bar_vempty(bars, s), ph, k0 + n * BN, hk, b, NCBV);
+      if (n == kb->n_begin && item > 0) load_q(prm9, base, bars, m0, hh, b, item);
+    }
   }
 }
 
@@ -204,11 +252,27 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
   bar_sync_named(1 + NWG, 128 * NWG);
 }
 
-/* Issues S = Q K^T of the key tile in stage sk once it has landed (its
- * full barrier kfull at phase ph). */
+/* Tensor-core turns (FlashAttention-3's ping-pong; SDPA_FWD_TURNS): a
+ * consumer warpgroup issues a tile's products only in its turn and passes
+ * the turn on once they are issued, so the warpgroups' softmaxes take turns
+ * under each other's products instead of contending for the tensor cores.
+ * Barrier TURN_BAR + cw counts 256 threads: warpgroup cw's 128 waiting and
+ * the previous warpgroup's 128 passing. The last warpgroup passes first (the
+ * block's first turn is warpgroup 0's) and not after the block's last tile,
+ * so every pass is waited for. */
+__device__ __forceinline__ void turn_wait(int cw) {
+  if (SDPA_FWD_TURNS && NWG > 1) bar_sync_named(TURN_BAR + cw, 256);
+}
+__device__ __forceinline__ void turn_pass(int cw) {
+  if (SDPA_FWD_TURNS && NWG > 1) bar_arrive_named(TURN_BAR + (cw + 1) % NWG, 256);
+}
+
+/* Issues S = Q K^T of the key tile in stage sk, in this warpgroup's turn,
+ * once it has landed (its full barrier kfull at phase ph). */
 __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t sk, uint32_t kfull,
-                                         uint32_t ph) {
+                                         uint32_t ph, int cw) {
   mbar_wait(kfull, ph);
+  turn_wait(cw);
   wg_fence();
 #pragma unroll
   for (int ks = 0; ks < KSQ; ++ks) {
@@ -269,14 +333,15 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
                                                   const fwd_block *kb, uint32_t base,
                                                   uint32_t bars, uint32_t qa, int n, int it,
                                                   int first, int zero_tail, int ctid) {
-  const int lane = ctid & 31, t = lane & 3;
-  const int s = ring_stage(it), n0 = n * BN, sp = s ^ 1;
+  const int lane = ctid & 31, t = lane & 3, cw = ctid >> 7;
+  const int s = ring_stage(it), n0 = n * BN, sp = ring_stage(it + STAGES - 1);
   const uint32_t ph = ring_phase(it), php = ring_phase(it - 1);
   float sc[MT][NT][4];
-  qk_issue(sc[0], qa, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), ph);
+  qk_issue(sc[0], qa, base + OFF_K + s * TILE_KV, bar_kfull(bars, s), ph, cw);
   if (!first)
     pv_issue(o, pa, kb, n0 - BN, base + OFF_V + sp * TILE_V, bar_vfull(bars, sp), php,
              zero_tail, ctid);
+  if (cw != NWG - 1 || n + 1 < kb->n_end) turn_pass(cw);
   if (first)
     wg_wait0();
   else
@@ -290,14 +355,15 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
   for (int ps = 0; ps < PS; ++ps) pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
 }
 
-/* One consumer warpgroup (cw) over its 64 rows; ctid = the thread's index
- * among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
+/* One consumer warpgroup (cw) over its 64 rows of a work item (the block's
+ * item-th; its first key tile is the ring's it0-th); ctid = the thread's
+ * index among all consumers (warp ctid / 32 owns rows 16 (ctid / 32) ..). drop (a
  * literal) compiles dropout in: each tile's keep bits are loaded from the
  * producer's mask ring (or made here, tiles of 64) while its Q K^T is in
  * flight on the tensor cores. */
 __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_block *kb,
                                         uint32_t base, uint32_t bars, int cw, int ctid,
-                                        int drop) {
+                                        int drop, int item, int it0) {
   const sdpa_fwd_params *prm = &prm9->base;
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
@@ -310,33 +376,34 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
   softmax_init(o, row_max, row_sum);
-  mbar_wait(bar_q(bars), 0);
+  if (cw == NWG - 1 && kb->n_begin < kb->n_end) turn_pass(cw); /* warpgroup 0 goes first */
+  mbar_wait(bar_q(bars), (uint32_t)item & 1u);
 
   if (SDPA_FWD_PIPE && !drop) {
     const int nt = kb->n_end - kb->n_begin;
     uint32_t pa[PS][4]; /* the previous tile's P */
     if (nt > 0) {
-      consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, kb->n_begin, 0, 1,
+      consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, kb->n_begin, it0, 1,
                         zero_tail, ctid);
-      for (int n = kb->n_begin + 1, it = 1; n < kb->n_end; ++n, ++it)
+      for (int n = kb->n_begin + 1, it = it0 + 1; n < kb->n_end; ++n, ++it)
         consume_tile_pipe(o, row_max, row_sum, pa, prm, kb, base, bars, qa, n, it, 0, zero_tail,
                           ctid);
-      /* the last tile's P V (its phase is ring_phase(nt - 1) written out:
-       * through the function NVVM reordered this epilogue, and the kernel's
-       * PTX would no longer be the measured one) */
-      const int s = ring_stage(nt - 1);
+      /* the last tile's P V (its phase is ring_phase(it0 + nt - 1) written
+       * out: through the function NVVM reordered this epilogue) */
+      const int s = ring_stage(it0 + nt - 1);
       pv_issue(o, pa, kb, (kb->n_end - 1) * BN, base + OFF_V + s * TILE_V, bar_vfull(bars, s),
-               (uint32_t)((nt - 1) >> 1) & 1u, zero_tail, ctid);
+               (uint32_t)((it0 + nt - 1) / STAGES) & 1u, zero_tail, ctid);
       pv_retire(o, bar_vempty(bars, s), lane);
     }
   } else {
-    for (int n = kb->n_begin, it = 0; n < kb->n_end; ++n, ++it) {
+    for (int n = kb->n_begin, it = it0; n < kb->n_end; ++n, ++it) {
       const int s = ring_stage(it), n0 = n * BN;
       const uint32_t ph = ring_phase(it);
       const uint32_t sk = base + OFF_K + s * TILE_KV, sv = base + OFF_V + s * TILE_V;
 
       float sc[MT][NT][4];
-      qk_issue(sc[0], qa, sk, bar_kfull(bars, s), ph);
+      qk_issue(sc[0], qa, sk, bar_kfull(bars, s), ph, cw);
+      if (cw != NWG - 1 || n + 1 < kb->n_end) turn_pass(cw);
       uint2 dmr = make_uint2(0u, 0u); /* the producer's words */
       uint32_t dm[MT][DW];            /* or this thread's own */
       if (drop && SDPA_MASK_BY_PRODUCER)
@@ -399,6 +466,12 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
                  : "r"(addr));
     store_chunk16(og + (int64_t)r * p->o_st.ss + c * 8, v, rem);
   }
+  /* the Q tile is free for the next item's copy (Q empty) once the
+   * warpgroup's reads are done: the barrier also orders them before its next
+   * item's stores here, which compute-sanitizer cannot see through the copy */
+  fence_proxy_async();
+  bar_sync_named(1 + cw, 128);
+  if (lane == 0) mbar_arrive(bar_qempty(bars));
 }
 
 __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int drop) {
@@ -408,15 +481,14 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
   const uint32_t bars = base + OFF_BAR;
   const int tid = threadIdx.x, wg = tid >> 7;
   const int make_mask = drop && SDPA_MASK_BY_PRODUCER;
-  fwd_block kb;
-  if (!fwd_block_init(&kb, &prm->base, BM)) return;
   if (tid == 0) {
     mbar_init(bar_q(bars), 1);
+    mbar_init(bar_qempty(bars), 4 * NWG); /* lane 0 of every consumer warp */
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < STAGES; ++s) {
       mbar_init(bar_kfull(bars, s), 1);
       mbar_init(bar_vfull(bars, s), 1);
-      mbar_init(bar_kempty(bars, s), 4 * NWG); /* lane 0 of every consumer warp */
+      mbar_init(bar_kempty(bars, s), 4 * NWG);
       mbar_init(bar_vempty(bars, s), 4 * NWG);
       mbar_init(bar_mfull(bars, s), BM); /* every producer thread with a row */
       mbar_init(bar_mempty(bars, s), 4 * NWG);
@@ -424,25 +496,41 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
     mbar_init_fence();
   }
   __syncthreads();
+  /* The block's work items (sdpa_fwd_sm90_params); item counts those with
+   * query rows, it the key tiles through the ring so far, the same on both
+   * sides. */
+  const int h = (int)prm->base.p.h, mb = prm->m_blocks;
   if (wg == 0) {
     /* a producer making the mask gets registers for its Philox calls from
-     * the consumers: 128 x 56 + 256 x 224 <= 384 x 168 (the launch's) */
+     * the consumers (SDPA_REG_P_MASK) */
     if (make_mask) {
-      SDPA_SETMAXNREG_DEC(56);
+      SDPA_SETMAXNREG_DEC(SDPA_REG_P_MASK);
     } else {
-      SDPA_SETMAXNREG_DEC(24);
+      SDPA_SETMAXNREG_DEC(SDPA_REG_P);
     }
     if (make_mask || tid == 0) {
-      fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
-      produce(prm, &kb, base, bars, tid, make_mask);
+      for (int w = blockIdx.x, item = 0, it = 0; w < prm->items; w += gridDim.x) {
+        fwd_block kb;
+        if (!fwd_block_init_at(&kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h))
+          continue;
+        fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
+        produce(prm, &kb, base, bars, tid, make_mask, item++, it);
+        it += kb.n_end - kb.n_begin;
+      }
     }
   } else {
     if (make_mask) {
-      SDPA_SETMAXNREG_INC(224);
+      SDPA_SETMAXNREG_INC(SDPA_REG_C_MASK);
     } else {
-      SDPA_SETMAXNREG_INC(240);
+      SDPA_SETMAXNREG_INC(SDPA_REG_C);
     }
-    consume(prm, &kb, base, bars, wg - 1, tid - 128, drop);
+    for (int w = blockIdx.x, item = 0, it = 0; w < prm->items; w += gridDim.x) {
+      fwd_block kb;
+      if (!fwd_block_init_at(&kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h))
+        continue;
+      consume(prm, &kb, base, bars, wg - 1, tid - 128, drop, item++, it);
+      it += kb.n_end - kb.n_begin;
+    }
   }
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
@@ -453,7 +541,11 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
 /* Two kernels: without and with dropout (the plain one keeps its registers).
  * A _dv row has no dropout kernel: its family does not list dropout, so the
  * registry never gives it one. */
+#ifdef SDPA_FWD_NO_DROPOUT
+#define SDPA_FWD_SM90_DROP 0
+#else
 #define SDPA_FWD_SM90_DROP (SDPA_DV == SDPA_HDIM)
+#endif
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     SDPA_KERNEL(const __grid_constant__ sdpa_fwd_sm90_params prm) {
   fwd_sm90(&prm, 0);
@@ -494,8 +586,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (unmapped) /* the row's refuse function made the same maps */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: the copy engine cannot map %s",
                      SDPA_STR(SDPA_KERNEL_NAME), unmapped);
-  dim3 grid;
-  SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &grid));
+  dim3 blocks, grid;
+  SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &blocks));
+  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   const int drop = prm.base.has_dropout;
 #if SDPA_FWD_SM90_DROP
   const void *kernel = drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL;
@@ -511,7 +604,12 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 
 #undef SDPA_WG_QK
 #undef SDPA_MASK_BY_PRODUCER
+#undef SDPA_REG_P
+#undef SDPA_REG_C
+#undef SDPA_REG_P_MASK
+#undef SDPA_REG_C_MASK
 #undef SDPA_FWD_PIPE
+#undef SDPA_FWD_TURNS
 #undef SDPA_FWD_SM90_DROP
 #undef SDPA_WG_PV
 #undef SDPA_DV

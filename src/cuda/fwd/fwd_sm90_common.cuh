@@ -16,6 +16,11 @@
 typedef struct sdpa_fwd_sm90_params {
   CUtensorMap tq, tk, tv; /* 64-byte aligned: first */
   sdpa_fwd_params base;
+  /* work items: query block (counted from the last), head, batch, in that
+   * order (item w is query block m_blocks - 1 - w % m_blocks); a block
+   * takes items blockIdx.x, + gridDim.x, ... (persistent where the grid is
+   * smaller than the items) */
+  int m_blocks, items;
 } sdpa_fwd_sm90_params;
 
 /* Host side (fwd_sm90_launch.cu). The tensor maps of q, k, v (dims {d, s,
@@ -25,6 +30,14 @@ typedef struct sdpa_fwd_sm90_params {
  * three without the driver's entry point). The rows' refuse function makes
  * the same maps, so a problem that reaches the run function maps. */
 extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm);
+/* The launch of a Hopper forward instance: its work items (blocks: the
+ * query blocks, heads and batch sdpa_fwd_params_init gives) into prm, and a
+ * one-dimensional grid: a block an item, or, where every item costs the
+ * same (dense, unmasked, no seqused_k), a block an SM, each taking items
+ * in turn (persistent: an item's first copies run under the previous
+ * one's epilogue). SDPA_ERR_NOT_SUPPORTED naming `name` past 2^31-1 items. */
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
+                                          sdpa_fwd_sm90_params *prm, dim3 *grid);
 /* The Hopper forward rows' own rule: q, k and v map (row->block_n keys a box). */
 extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
                                             char *why, size_t n);

@@ -28,8 +28,8 @@
 #include "cuda/fwd/fwd_dropout.cuh" /* drop_pair */
 #include "cuda/ptx/ptx_tma.cuh"     /* mbar_* */
 
-static_assert(PS <= 8, "a row's keep bits of a tile in one word a lane");
-static_assert(BM <= 128, "a producer thread a query row");
+static_assert(!SDPA_MASK_BY_PRODUCER || PS <= 8, "a row's keep bits of a tile in one word a lane");
+static_assert(!SDPA_MASK_BY_PRODUCER || BM <= 128, "a producer thread a query row");
 
 /* Keep bit of element (step ps, n8 tile 2 ps + n8, column 2t + e) in its row's
  * word: steps 0-3 in the low half word, 4-7 in the high one, two bits a step

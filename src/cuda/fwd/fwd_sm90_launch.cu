@@ -10,6 +10,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "error.h"
 #include "registry.h"
 #include "cuda/fwd/fwd_sm90_common.cuh"
 
@@ -79,4 +80,20 @@ extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_ke
            "the copy engine cannot map %s (strides and base 16-byte aligned, strides below 2^40 "
            "bytes, expected)", unmapped);
   return why;
+}
+
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
+                                          sdpa_fwd_sm90_params *prm, dim3 *grid) {
+  const int64_t items = (int64_t)blocks.x * blocks.y * blocks.z;
+  if (items > 0x7fffffff)
+    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+                     "%s: %lld work items (query blocks x heads x batch) exceed 2^31-1", name,
+                     (long long)items);
+  prm->m_blocks = (int)blocks.x;
+  prm->items = (int)items;
+  const int same_cost = p->layout == SDPA_LAYOUT_DENSE && p->seqused_k == NULL &&
+                        p->window_left < 0 && p->window_right < 0 && !prm->base.has_dropout;
+  const int64_t sms = sdpa_cuda_sm_count();
+  *grid = dim3((unsigned)(same_cost && sms > 0 && sms < items ? sms : items));
+  return SDPA_OK;
 }

@@ -18,4 +18,10 @@ __device__ __forceinline__ void bar_sync_named(int id, int nthreads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+/* Arrives at barrier id without waiting (bar.arrive): the producer half of a
+ * barrier whose other warps bar.sync on it; nthreads counts both halves. */
+__device__ __forceinline__ void bar_arrive_named(int id, int nthreads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
 #endif /* SDPA_PTX_BAR_CUH */

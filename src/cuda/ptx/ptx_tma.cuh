@@ -71,7 +71,9 @@ __device__ __forceinline__ void fence_proxy_async(void) {
 
 /* The warpgroup's per-thread register budget (a multiple of 8 in [24, 256]);
  * effective only when the kernel has a register cap at entry. */
-#define SDPA_SETMAXNREG_DEC(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 " #n ";\n" ::: "memory")
-#define SDPA_SETMAXNREG_INC(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 " #n ";\n" ::: "memory")
+#define SDPA_SETMAXNREG_DEC(n) SDPA_SETMAXNREG_(dec, n) /* n: a literal, or a macro of one */
+#define SDPA_SETMAXNREG_INC(n) SDPA_SETMAXNREG_(inc, n)
+#define SDPA_SETMAXNREG_(op, n) \
+  asm volatile("setmaxnreg." #op ".sync.aligned.u32 " #n ";\n" ::: "memory")
 
 #endif /* SDPA_PTX_TMA_CUH */
