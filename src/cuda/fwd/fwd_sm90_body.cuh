@@ -198,6 +198,29 @@ __device__ __forceinline__ void load_q(const sdpa_fwd_sm90_params *prm9, uint32_
                   bar_q(bars));
 }
 
+/* This block's work items (sdpa_fwd_sm90_params), as indices in the
+ * items' order: its first, and the one after item w (-1 past its last). A
+ * pair's first item is its heavy block (p from the last), the next its
+ * mirror, none after the mirror or after a middle block that is its own. */
+__device__ __forceinline__ int first_item(const sdpa_fwd_sm90_params *prm) {
+  const int x = (int)blockIdx.x, np = (prm->m_blocks + 1) / 2;
+  return prm->pairs ? x / np * prm->m_blocks + x % np : x;
+}
+__device__ __forceinline__ int next_item(const sdpa_fwd_sm90_params *prm, int w) {
+  if (prm->pairs) {
+    const int r = w % prm->m_blocks;
+    return 2 * r < prm->m_blocks - 1 ? w + prm->m_blocks - 1 - 2 * r : -1;
+  }
+  w += (int)gridDim.x;
+  return w < prm->items ? w : -1;
+}
+
+/* fwd_block_init_at for item w. */
+__device__ __forceinline__ int work_block(fwd_block *kb, const sdpa_fwd_sm90_params *prm, int w) {
+  const int mb = prm->m_blocks, h = (int)prm->base.p.h;
+  return fwd_block_init_at(kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h);
+}
+
 /* The producer warpgroup (ptid its thread) on one work item (the block's
  * item-th; its first key tile is the ring's it0-th): thread 0 copies Q and
  * K and V of every key tile, each into its stage once the consumers have
@@ -496,10 +519,8 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
     mbar_init_fence();
   }
   __syncthreads();
-  /* The block's work items (sdpa_fwd_sm90_params); item counts those with
-   * query rows, it the key tiles through the ring so far, the same on both
-   * sides. */
-  const int h = (int)prm->base.p.h, mb = prm->m_blocks;
+  /* The block's work items (first_item, next_item); item counts those with query rows,
+   * it the key tiles through the ring so far, the same on both sides. */
   if (wg == 0) {
     /* a producer making the mask gets registers for its Philox calls from
      * the consumers (SDPA_REG_P_MASK) */
@@ -509,10 +530,9 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
       SDPA_SETMAXNREG_DEC(SDPA_REG_P);
     }
     if (make_mask || tid == 0) {
-      for (int w = blockIdx.x, item = 0, it = 0; w < prm->items; w += gridDim.x) {
+      for (int w = first_item(prm), item = 0, it = 0; w >= 0; w = next_item(prm, w)) {
         fwd_block kb;
-        if (!fwd_block_init_at(&kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h))
-          continue;
+        if (!work_block(&kb, prm, w)) continue;
         fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
         produce(prm, &kb, base, bars, tid, make_mask, item++, it);
         it += kb.n_end - kb.n_begin;
@@ -524,10 +544,9 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
     } else {
       SDPA_SETMAXNREG_INC(SDPA_REG_C);
     }
-    for (int w = blockIdx.x, item = 0, it = 0; w < prm->items; w += gridDim.x) {
+    for (int w = first_item(prm), item = 0, it = 0; w >= 0; w = next_item(prm, w)) {
       fwd_block kb;
-      if (!fwd_block_init_at(&kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h))
-        continue;
+      if (!work_block(&kb, prm, w)) continue;
       consume(prm, &kb, base, bars, wg - 1, tid - 128, drop, item++, it);
       it += kb.n_end - kb.n_begin;
     }
@@ -588,7 +607,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), unmapped);
   dim3 blocks, grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &blocks));
-  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
+  /* causal pairs above d = 64; at d = 64 they measured no gain at s 1-2k
+   * and a loss at 4-8k */
+  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, HD > 64, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   const int drop = prm.base.has_dropout;
 #if SDPA_FWD_SM90_DROP
   const void *kernel = drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL;

@@ -19,8 +19,10 @@ typedef struct sdpa_fwd_sm90_params {
   /* work items: query block (counted from the last), head, batch, in that
    * order (item w is query block m_blocks - 1 - w % m_blocks); a block
    * takes items blockIdx.x, + gridDim.x, ... (persistent where the grid is
-   * smaller than the items) */
-  int m_blocks, items;
+   * smaller than the items). pairs: block x is instead a pair of one head's
+   * query blocks, m_blocks - 1 - p then p (p = x % ceil(m_blocks / 2); the
+   * rest of x: head, batch), whose causal costs add up to the same. */
+  int m_blocks, items, pairs;
 } sdpa_fwd_sm90_params;
 
 /* Host side (fwd_sm90_launch.cu). The tensor maps of q, k, v (dims {d, s,
@@ -32,12 +34,17 @@ typedef struct sdpa_fwd_sm90_params {
 extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fwd_sm90_params *prm);
 /* The launch of a Hopper forward instance: its work items (blocks: the
  * query blocks, heads and batch sdpa_fwd_params_init gives) into prm, and a
- * one-dimensional grid: a block an item, or, where every item costs the
- * same (dense, unmasked, no seqused_k), a block an SM, each taking items
- * in turn (persistent: an item's first copies run under the previous
- * one's epilogue). SDPA_ERR_NOT_SUPPORTED naming `name` past 2^31-1 items. */
-extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
-                                          sdpa_fwd_sm90_params *prm, dim3 *grid);
+ * one-dimensional grid: where every item costs the same (dense, unmasked,
+ * no seqused_k, no dropout), a block an SM, each taking items in turn
+ * (persistent: an item's first copies run under the previous one's
+ * epilogue); dense causal without dropout where pairs_ok (the instance's
+ * choice), a block a pair of query blocks (a heavy one, then its light
+ * mirror: equal blocks, the second's copies under the first's epilogue);
+ * else a block an item. SDPA_ERR_NOT_SUPPORTED
+ * naming `name` past 2^31-1 items. */
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
+                                          const char *name, sdpa_fwd_sm90_params *prm,
+                                          dim3 *grid);
 /* The Hopper forward rows' own rule: q, k and v map (row->block_n keys a box). */
 extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
                                             char *why, size_t n);

@@ -82,8 +82,9 @@ extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_ke
   return why;
 }
 
-extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
-                                          sdpa_fwd_sm90_params *prm, dim3 *grid) {
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
+                                          const char *name, sdpa_fwd_sm90_params *prm,
+                                          dim3 *grid) {
   const int64_t items = (int64_t)blocks.x * blocks.y * blocks.z;
   if (items > 0x7fffffff)
     return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
@@ -91,9 +92,15 @@ extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, co
                      (long long)items);
   prm->m_blocks = (int)blocks.x;
   prm->items = (int)items;
-  const int same_cost = p->layout == SDPA_LAYOUT_DENSE && p->seqused_k == NULL &&
-                        p->window_left < 0 && p->window_right < 0 && !prm->base.has_dropout;
+  const int dense = p->layout == SDPA_LAYOUT_DENSE && p->seqused_k == NULL &&
+                    !prm->base.has_dropout;
   const int64_t sms = sdpa_cuda_sm_count();
-  *grid = dim3((unsigned)(same_cost && sms > 0 && sms < items ? sms : items));
+  prm->pairs = pairs_ok && dense && p->window_left < 0 && p->window_right >= 0 && blocks.x > 1;
+  if (prm->pairs)
+    *grid = dim3((unsigned)((blocks.x + 1) / 2 * (int64_t)blocks.y * blocks.z));
+  else if (dense && p->window_left < 0 && p->window_right < 0 && sms > 0 && sms < items)
+    *grid = dim3((unsigned)sms);
+  else
+    *grid = dim3((unsigned)items);
   return SDPA_OK;
 }
