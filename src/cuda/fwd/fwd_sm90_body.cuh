@@ -76,10 +76,9 @@
 #define SDPA_WG_PV SDPA_PASTE3(wgmma_rs_m64n, SDPA_DV, SDPA_PASTE(_, SDPA_TY))
 
 /* Whether a tile's softmax overlaps the previous tile's P V
- * (consume_tile_pipe) in the kernel without dropout: with 128 or 192 columns
- * of O (d = 128, 192, and MLA's _dv128 row), where it gains; at d 64 and 256,
- * and with dropout, it does not. */
-#define SDPA_FWD_PIPE (SDPA_DV == 128 || SDPA_DV == 192)
+ * (consume_tile_pipe) in the kernel without dropout: above 64 columns of O,
+ * where it gains; at d 64 a tile's products are too short to hide it. */
+#define SDPA_FWD_PIPE (SDPA_DV > 64)
 
 /* Whether the consumer warpgroups take turns at the tensor cores
  * (turn_wait / turn_pass): above d = 64, where it gains; at d = 64 a tile's
@@ -145,7 +144,7 @@ enum {
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets: multiples of 64 up to 256");
 static_assert(DV % 64 == 0 && DV <= HD, "V's columns: 64-column blocks, at most the bucket");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
-static_assert(BN % 16 == 0 && BN <= 160, "key tiles of k16 steps, at most 160");
+static_assert(BN == 64 || BN == 96 || BN == 128, "key tiles of 64, 96 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
