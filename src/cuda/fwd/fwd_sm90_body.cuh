@@ -6,33 +6,38 @@
  *   SDPA_KERNEL_NAME   token, e.g. fwd_sm90_bf16_hd128
  *   SDPA_DTYPE         BF16 or F16
  *   SDPA_HDIM          head-dim bucket: 64, 128, 192 or 256
- *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup
+ *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup (two
+ *                      or three)
  *   SDPA_BLOCK_N       keys per tile: 64, 96 or 128
  *   SDPA_WARPS         4 x (consumer warpgroups + 1)
  *   SDPA_DV            (a _dv row, optional) V's and O's columns when d_v is
  *                      below the bucket (MLA's 192 / 128): P V is m64n<DV>
  *                      and the V ring holds DV columns; the row refuses a
  *                      larger d_v (the bucket's rows take it)
+ *   SDPA_FWD_NO_DROPOUT (the _bm192 rows' family) no dropout kernel: the
+ *                      family does not list dropout
  * and includes this file, which defines SDPA_KERNEL_NAME##_kernel and
  * extern "C" SDPA_KERNEL_NAME##_run.
  *
- * Structure (FlashAttention-3's; its intra-warpgroup pipelining with 128 or
- * 192 columns of O, without dropout, SDPA_FWD_PIPE):
- * warpgroup 0 is the producer: one thread issues the copies of Q (once) and
- * of each key tile's K and V into a two-stage ring of 128-byte-swizzled
- * shared tiles, each completing on its stage's "full" mbarrier; the
- * consumers free a stage through its "empty" mbarrier. Each consumer
- * warpgroup owns 64 query rows: S = Q K^T by wgmma (both operands from
- * shared memory), the online softmax in registers (fwd_softmax.cuh, the
- * mma.sync forwards' code: the wgmma accumulator is the m16n8 layout per
- * warp), P packed to 16 bits in registers as the A operand of O += P V
- * (wgmma, V read N-major). The two consumer warpgroups run unsynchronized, so
- * one's softmax overlaps the other's tensor-core work. The output goes
- * through the warpgroup's Q rows in shared memory to 16-byte stores.
- * setmaxnreg moves registers from the producer (24) to the consumers (240).
- * With dropout and key tiles of 128 the producer warpgroup's four warps also
- * make the mask, a query row a thread (fwd_sm90_dropout.cuh), and keep 56
- * registers (the consumers 224); with tiles of 64 the consumers make it.
+ * Structure (FlashAttention-3's): warpgroup 0 is the producer: one thread
+ * issues the copies of each work item's Q and of each key tile's K and V
+ * into a ring of STAGES 128-byte-swizzled shared tiles, each completing on
+ * its stage's "full" mbarrier; the consumers free a stage through its
+ * "empty" mbarrier. Each consumer warpgroup owns 64 query rows: S = Q K^T by
+ * wgmma (both operands from shared memory), the online softmax in registers
+ * (fwd_softmax.cuh, the mma.sync forwards' code: the wgmma accumulator is
+ * the m16n8 layout per warp), P packed to 16 bits in registers as the A
+ * operand of O += P V (wgmma, V read N-major). Above d = 64 the consumer
+ * warpgroups take turns at the tensor cores (turn_wait / turn_pass) and, in
+ * the kernel without dropout, overlap a tile's softmax with the previous
+ * tile's P V (SDPA_FWD_PIPE). The output goes through the warpgroup's Q rows
+ * in shared memory to 16-byte stores; a Q-empty barrier then lets the next
+ * work item's Q in (a block runs one or more items: first_item / next_item,
+ * sdpa_fwd_sm90_grid). setmaxnreg moves registers from the producer to the
+ * consumers (SDPA_REG_*). With dropout and key tiles of 128 the producer
+ * warpgroup's four warps also make the mask, a query row a thread
+ * (fwd_sm90_dropout.cuh); with tiles of 64, or 192-row blocks, the
+ * consumers make it.
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias,
@@ -557,8 +562,8 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
 }
 
 /* Two kernels: without and with dropout (the plain one keeps its registers).
- * A _dv row has no dropout kernel: its family does not list dropout, so the
- * registry never gives it one. */
+ * A _dv or _bm192 row has no dropout kernel: its family does not list
+ * dropout, so the registry never gives it one. */
 #ifdef SDPA_FWD_NO_DROPOUT
 #define SDPA_FWD_SM90_DROP 0
 #else
