@@ -359,6 +359,12 @@ static void build_table(void) {
   }
   ADD(.name = "sm90 long causal", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 1100,
       .sk = 1300, .d = 128, .causal = 1, .sm90 = 1, .rows16 = 1);
+  /* causal pairs (d > 64) where a block's mirror sees no key (s_q > s_k,
+   * bottom-right) and with an odd count of query blocks (the middle alone) */
+  for (int k = 0; k < 2; ++k)
+    ADD(.name = "sm90 causal pairs s_q > s_k", .on = ON_BOTH, .dt = dts2[k], .b = 2, .h = 4,
+        .hk = 2, .sq = k ? 600 : 700, .sk = k ? 260 : 200, .d = k ? 192 : 128, .causal = 1,
+        .sm90 = 1, .rows16 = 1);
   ADD(.name = "sm90 s_q > s_k causal (empty rows)", .on = ON_BOTH, .dt = F16, .b = 2, .h = 2,
       .hk = 1, .sq = 300, .sk = 100, .d = 64, .causal = 1, .sm90 = 1, .rows16 = 1);
   ADD(.name = "sm90 window (100, 20)", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 4,

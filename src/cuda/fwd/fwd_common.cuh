@@ -121,9 +121,10 @@ __device__ __forceinline__ int row_i(const fwd_rows *rw, int mt, int hf) {
   return rw->i0 + mt * 16 + hf * 8;
 }
 
-/* What one block computes: blockIdx.(x, y, z) = (query block counted from
- * the last, so heavier causal blocks start first; head; batch). Filled by
- * fwd_block_init, then fwd_block_rows. */
+/* What one block (or one work item of a Hopper block) computes: the
+ * mma.sync forwards' blockIdx.(x, y, z) = (query block counted from the
+ * last, so heavier causal blocks start first; head; batch). Filled by
+ * fwd_block_init(_at), then fwd_block_rows. */
 typedef struct fwd_block {
   int b, hh, hk;      /* batch, query head, its kv head */
   int sq, sk, d;      /* this batch's sequence lengths, the head dim */
@@ -137,7 +138,7 @@ typedef struct fwd_block {
 
 /* Who query block m_block of head hh, batch b is: lengths, first query row
  * (bm rows a block); 0 when it has no query row (varlen: past this batch's
- * s_q), so the kernel returns before any address math. */
+ * s_q), so the kernel returns (or skips the item) before any address math. */
 __device__ __forceinline__ int fwd_block_init_at(fwd_block *kb, const sdpa_fwd_params *prm,
                                                  int bm, int m_block, int hh, int b) {
   const sdpa_problem *p = &prm->p;

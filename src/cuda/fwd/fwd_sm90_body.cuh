@@ -36,8 +36,8 @@
  * sdpa_fwd_sm90_grid). setmaxnreg moves registers from the producer to the
  * consumers (SDPA_REG_*). With dropout and key tiles of 128 the producer
  * warpgroup's four warps also make the mask, a query row a thread
- * (fwd_sm90_dropout.cuh); with tiles of 64, or 192-row blocks, the
- * consumers make it.
+ * (fwd_sm90_dropout.cuh); with tiles of 64 the consumers make it (the
+ * 192-row rows have no dropout kernel).
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias,
@@ -109,7 +109,7 @@
 #elif SDPA_WARPS == 16
 #define SDPA_REG_P 24
 #define SDPA_REG_C 160
-#define SDPA_REG_P_MASK 24 /* the consumers make the mask (BLOCK_M 192) */
+#define SDPA_REG_P_MASK 24 /* no dropout kernel in the 192-row rows */
 #define SDPA_REG_C_MASK 160
 #else
 #error "sm90 forward: two or three consumer warpgroups"
@@ -170,8 +170,9 @@ __device__ __forceinline__ uint32_t bar_vempty(uint32_t bars, int s) { return ba
 __device__ __forceinline__ uint32_t bar_mfull(uint32_t bars, int s) { return bar_ring(bars, 4, s); }
 __device__ __forceinline__ uint32_t bar_mempty(uint32_t bars, int s) { return bar_ring(bars, 5, s); }
 
-/* The ring stage of the block's it-th key tile, and the phase its stage's
- * barriers complete in that tile (the K / V and mask rings: two stages). */
+/* The ring stage of the block's it-th key tile (counted over its work
+ * items), and the phase its stage's barriers complete in that tile (the
+ * K / V and mask rings: STAGES stages). */
 __device__ __forceinline__ int ring_stage(int it) { return it % STAGES; }
 __device__ __forceinline__ uint32_t ring_phase(int it) { return (uint32_t)(it / STAGES) & 1u; }
 
@@ -228,8 +229,9 @@ __device__ __forceinline__ int work_block(fwd_block *kb, const sdpa_fwd_sm90_par
 /* The producer warpgroup (ptid its thread) on one work item (the block's
  * item-th; its first key tile is the ring's it0-th): thread 0 copies Q and
  * K and V of every key tile, each into its stage once the consumers have
- * freed it; the first tile's K and V go before Q, so that they load while
- * the previous item's epilogue holds the Q tile. With make_mask (a literal)
+ * freed it; on a later item with key tiles the first tile's K and V go
+ * before Q, so that they load while the previous item's epilogue holds the
+ * Q tile. With make_mask (a literal)
  * every thread R also makes query row R's verdicts of each tile into the
  * mask ring (fwd_sm90_dropout.cuh), between the tile's K and V copies: a
  * tile's K stage frees early in the tile that last used it, its V stage at
@@ -284,9 +286,10 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
  * the turn on once they are issued, so the warpgroups' softmaxes take turns
  * under each other's products instead of contending for the tensor cores.
  * Barrier TURN_BAR + cw counts 256 threads: warpgroup cw's 128 waiting and
- * the previous warpgroup's 128 passing. The last warpgroup passes first (the
- * block's first turn is warpgroup 0's) and not after the block's last tile,
- * so every pass is waited for. */
+ * the previous warpgroup's 128 passing. Per work item: the last warpgroup passes
+ * first (the item's first turn is warpgroup 0's) and not after the item's
+ * last tile, so every pass is waited for; an item without key tiles takes
+ * no turns. */
 __device__ __forceinline__ void turn_wait(int cw) {
   if (SDPA_FWD_TURNS && NWG > 1) bar_sync_named(TURN_BAR + cw, 256);
 }

@@ -35,10 +35,11 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
 /* The launch of a Hopper forward instance: its work items (blocks: the
  * query blocks, heads and batch sdpa_fwd_params_init gives) into prm, and a
  * one-dimensional grid: where every item costs the same (dense, unmasked,
- * no seqused_k, no dropout), a block an SM, each taking items in turn
- * (persistent: an item's first copies run under the previous one's
- * epilogue); dense causal without dropout where pairs_ok (the instance's
- * choice), a block a pair of query blocks (a heavy one, then its light
+ * no seqused_k, no dropout) and there are more items than SMs, a block an
+ * SM, each taking items in turn (persistent: an item's first copies run
+ * under the previous one's epilogue); dense causal (no left window, no
+ * seqused_k, no dropout, two query blocks or more) where pairs_ok (the
+ * instance's choice), a block a pair of query blocks (a heavy one, then its light
  * mirror: equal blocks, the second's copies under the first's epilogue);
  * else a block an item. SDPA_ERR_NOT_SUPPORTED
  * naming `name` past 2^31-1 items. */
