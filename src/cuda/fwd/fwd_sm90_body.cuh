@@ -95,7 +95,7 @@
 #ifdef SDPA_FWD_NO_DROPOUT
 #define SDPA_MASK_BY_PRODUCER 0
 #else
-#define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128 && SDPA_BLOCK_M <= 128)
+#define SDPA_MASK_BY_PRODUCER (SDPA_BLOCK_N == 128)
 #endif
 
 /* setmaxnreg's split of the register file (65536 a block): the producer
@@ -293,8 +293,17 @@ __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
 __device__ __forceinline__ void turn_wait(int cw) {
   if (SDPA_FWD_TURNS && NWG > 1) bar_sync_named(TURN_BAR + cw, 256);
 }
-__device__ __forceinline__ void turn_pass(int cw) {
+/* turn_pass: the turn goes on once tile n's products are issued (not from
+ * the last warpgroup after the item's last tile); turn_start: the last
+ * warpgroup's pass before the item's first tile. */
+__device__ __forceinline__ void turn_arrive(int cw) {
   if (SDPA_FWD_TURNS && NWG > 1) bar_arrive_named(TURN_BAR + (cw + 1) % NWG, 256);
+}
+__device__ __forceinline__ void turn_pass(int cw, int n, const fwd_block *kb) {
+  if (cw != NWG - 1 || n + 1 < kb->n_end) turn_arrive(cw);
+}
+__device__ __forceinline__ void turn_start(int cw, const fwd_block *kb) {
+  if (cw == NWG - 1 && kb->n_begin < kb->n_end) turn_arrive(cw);
 }
 
 /* Issues S = Q K^T of the key tile in stage sk, in this warpgroup's turn,
@@ -371,7 +380,7 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
   if (!first)
     pv_issue(o, pa, kb, n0 - BN, base + OFF_V + sp * TILE_V, bar_vfull(bars, sp), php,
              zero_tail, ctid);
-  if (cw != NWG - 1 || n + 1 < kb->n_end) turn_pass(cw);
+  turn_pass(cw, n, kb);
   if (first)
     wg_wait0();
   else
@@ -406,7 +415,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
   softmax_init(o, row_max, row_sum);
-  if (cw == NWG - 1 && kb->n_begin < kb->n_end) turn_pass(cw); /* warpgroup 0 goes first */
+  turn_start(cw, kb); /* warpgroup 0 goes first */
   mbar_wait(bar_q(bars), (uint32_t)item & 1u);
 
   if (SDPA_FWD_PIPE && !drop) {
@@ -433,7 +442,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
 
       float sc[MT][NT][4];
       qk_issue(sc[0], qa, sk, bar_kfull(bars, s), ph, cw);
-      if (cw != NWG - 1 || n + 1 < kb->n_end) turn_pass(cw);
+      turn_pass(cw, n, kb);
       uint2 dmr = make_uint2(0u, 0u); /* the producer's words */
       uint32_t dm[MT][DW];            /* or this thread's own */
       if (drop && SDPA_MASK_BY_PRODUCER)
