@@ -52,6 +52,16 @@ __device__ __forceinline__ void dbias_add_chunk(uint4 w, sdpa_dtype t, float *ac
 
 enum { DBIAS_BATCH = 4 }; /* chunks a thread has in flight */
 
+/* Elements of dtype t in a 16-byte chunk, and the chunks of an output row of
+ * s_k elements: a thread sums one chunk, the launch covers every chunk of
+ * every output row. */
+__host__ __device__ __forceinline__ int dbias_chunk_elems(sdpa_dtype t) {
+  return t == SDPA_DTYPE_F32 ? 4 : 8;
+}
+__host__ __device__ __forceinline__ int64_t dbias_row_chunks(int64_t s_k, int64_t per) {
+  return (s_k + per - 1) / per;
+}
+
 /* A thread sums one 16-byte chunk of an output row over the rows of the
  * full gradient that broadcast into it: its row's indices are worked out
  * once, and it loads DBIAS_BATCH chunks before adding them, so that many
@@ -59,9 +69,9 @@ enum { DBIAS_BATCH = 4 }; /* chunks a thread has in flight */
  * does not depend on the run. */
 __global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ sdpa_problem p,
                                                         const void *full) {
-  const int es = p.dtype == SDPA_DTYPE_F32 ? 4 : 2, per = 16 / es;
+  const int per = dbias_chunk_elems(p.dtype), es = 16 / per;
   const int vec = p.s_k % per == 0;
-  const int64_t chunks = (p.s_k + per - 1) / per;
+  const int64_t chunks = dbias_row_chunks(p.s_k, per);
   const int64_t n = p.dbias_nb * p.dbias_nh * p.dbias_nq * chunks;
   for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
        o += (int64_t)gridDim.x * blockDim.x) {
@@ -103,8 +113,8 @@ __global__ void __launch_bounds__(256) dbias_sum_kernel(const __grid_constant__ 
 }
 
 extern "C" sdpa_status sdpa_dbias_sum(const sdpa_problem *p, const void *full, const char *who) {
-  const int64_t per = p->dtype == SDPA_DTYPE_F32 ? 4 : 8;
-  const int64_t n = p->dbias_nb * p->dbias_nh * p->dbias_nq * ((p->s_k + per - 1) / per);
+  const int64_t n = p->dbias_nb * p->dbias_nh * p->dbias_nq *
+                    dbias_row_chunks(p->s_k, dbias_chunk_elems(p->dtype));
   if (n == 0) return SDPA_OK;
   const int64_t blocks = (n + 255) / 256;
   dbias_sum_kernel<<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0,
