@@ -216,14 +216,23 @@ __device__ __forceinline__ int next_item(const sdpa_fwd_sm90_params *prm, int w)
     const int r = w % prm->m_blocks;
     return 2 * r < prm->m_blocks - 1 ? w + prm->m_blocks - 1 - 2 * r : -1;
   }
-  w += (int)gridDim.x;
-  return w < prm->items ? w : -1;
+  /* (compared before adding: w + gridDim.x may pass 2^31 - 1) */
+  return w < prm->items - (int)gridDim.x ? w + (int)gridDim.x : -1;
 }
 
 /* fwd_block_init_at for item w. */
 __device__ __forceinline__ int work_block(fwd_block *kb, const sdpa_fwd_sm90_params *prm, int w) {
   const int mb = prm->m_blocks, h = (int)prm->base.p.h;
   return fwd_block_init_at(kb, &prm->base, BM, mb - 1 - w % mb, w / mb % h, w / mb / h);
+}
+
+/* fwd_block_rows with the key tiles as a range that is empty, not reversed,
+ * where no row sees a key: both sides step the ring by n_end - n_begin and
+ * the producer loads a later item's Q on its own when the range is empty. */
+__device__ __forceinline__ void work_rows(fwd_block *kb, const sdpa_fwd_params *prm, int warp,
+                                          int g) {
+  fwd_block_rows(kb, prm, BM, BN, 16, warp, g);
+  kb->n_end = max(kb->n_end, kb->n_begin);
 }
 
 /* The producer warpgroup (ptid its thread) on one work item (the block's
@@ -406,7 +415,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   const sdpa_fwd_params *prm = &prm9->base;
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, warp = ctid >> 5, g = lane >> 2, t = lane & 3;
-  fwd_block_rows(kb, prm, BM, BN, 16, warp, g);
+  work_rows(kb, prm, warp, g);
   const uint32_t qa = base + cw * 64 * ROWB; /* this warpgroup's Q rows, column block 0 */
   /* key rows past the sequence's end that the copies read as data (varlen:
    * the next sequence's; seqused_k: unused rows) */
@@ -549,7 +558,7 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
       for (int w = first_item(prm), item = 0, it = 0; w >= 0; w = next_item(prm, w)) {
         fwd_block kb;
         if (!work_block(&kb, prm, w)) continue;
-        fwd_block_rows(&kb, &prm->base, BM, BN, 16, 0, 0);
+        work_rows(&kb, &prm->base, 0, 0);
         produce(prm, &kb, base, bars, tid, make_mask, item++, it);
         it += kb.n_end - kb.n_begin;
       }

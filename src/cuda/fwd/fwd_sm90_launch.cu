@@ -73,6 +73,13 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
 
 extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
                                             char *why, size_t n) {
+  /* sdpa_fwd_sm90_grid's items (query blocks x heads x batch) fit an int */
+  const int64_t items = (p->s_q + row->block_m - 1) / row->block_m * p->h * p->b;
+  if (items > 0x7fffffff) {
+    snprintf(why, n, "%lld work items (query blocks x heads x batch; at most 2^31-1 expected)",
+             (long long)items);
+    return why;
+  }
   sdpa_fwd_sm90_params prm;
   const char *unmapped = sdpa_fwd_sm90_maps(p, row->block_n, &prm);
   if (!unmapped) return NULL;
