@@ -67,6 +67,10 @@ static void build_table(void) {
   for (int k = 0; k < 2; ++k)
     ADD(.name = "small sm90 persistent", .on = ON_CUDA, .small = 1, .dt = dts2[k], .b = 1,
         .h = 80, .hk = 8, .sq = 200, .sk = 70, .d = k ? 232 : 40, .rows16 = 1, .sm90 = 1);
+  /* causal on the 192-row d 64 row: pairs with the middle block alone */
+  ADD(.name = "small sm90 wide causal", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 2,
+      .hk = 1, .sq = 2048, .sk = 2048, .d = 64, .causal = 1, .rows16 = 1,
+      .row = "fwd_sm90_bf16_hd64_bm192");
   /* d_qk != d_v (MLA's 192 / 128) on the Hopper row and forced onto the sm80 one */
   ADD(.name = "small mla sm90", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 1,
       .sq = 130, .sk = 200, .d = 192, .dv = 128, .causal = 1, .rows16 = 1, .sm90 = 1);
@@ -359,6 +363,22 @@ static void build_table(void) {
   }
   ADD(.name = "sm90 long causal", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 1100,
       .sk = 1300, .d = 128, .causal = 1, .sm90 = 1, .rows16 = 1);
+  /* causal at d <= 64: the 192-row rows from s_q 2048 (in pairs; bottom-right
+   * and top-left, s_q above and below s_k), the 128-row ones below it and
+   * with a left window */
+  {
+    static const char *const wide[2] = {"fwd_sm90_f16_hd64_bm192", "fwd_sm90_bf16_hd64_bm192"};
+    for (int k = 0; k < 4; ++k)
+      ADD(.name = "sm90 wide causal", .on = ON_BOTH, .dt = dts2[k & 1], .b = 1 + (k == 2),
+          .h = 2, .hk = 1, .sq = 2048 + 160 * k, .sk = k == 3 ? 1500 : 2100 + 64 * k,
+          .d = k == 1 ? 40 : 64, .causal = 1, .top_left = k == 2, .rows16 = 1, .row = wide[k & 1]);
+  }
+  ADD(.name = "sm90 causal below the wide rows' s_q", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 2,
+      .hk = 2, .sq = 2000, .sk = 2000, .d = 64, .causal = 1, .rows16 = 1,
+      .row = "fwd_sm90_bf16_hd64");
+  ADD(.name = "sm90 window at d 64 (300, 0), s_q 2100", .on = ON_BOTH, .dt = F16, .b = 1, .h = 2,
+      .hk = 1, .sq = 2100, .sk = 2100, .d = 64, .window = 1, .wl = 300, .wr = 0, .rows16 = 1,
+      .row = "fwd_sm90_f16_hd64");
   /* causal pairs (d > 64) where a block's mirror sees no key (s_q > s_k,
    * bottom-right) and with an odd count of query blocks (the middle alone) */
   for (int k = 0; k < 2; ++k)

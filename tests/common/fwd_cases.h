@@ -55,6 +55,7 @@ typedef struct fwd_case {
   int splits;   /* num_splits */
   int threads;  /* CPU num_threads (0: 2) */
   int sm90;     /* CUDA on sm_90 (a build with the Hopper rows): a fwd_sm90 row selected */
+  const char *row; /* CUDA on sm_90 (a build listing it): this row selected, by its whole name */
   const char *kernel; /* CUDA: attn.kernel, a row forced (the sm80 rows on sm_90 too) */
   const char *refuse_row, *refuse_why; /* FWD_REFUSE */
 } fwd_case;

@@ -31,12 +31,18 @@
 /* ---- the CUDA backend of the table ---------------------------------------------------- */
 
 /* The row explain selects, where the case asks: an fwd_sm80 row for a bias
- * problem, a Hopper row on sm_90 for c->sm90. */
+ * problem, a Hopper row on sm_90 for c->sm90, row c->row there. */
 static void check_selection(const fwd_case *c, const sdpa_fwd_desc *dev) {
-  if (!c->bias && !c->sm90) return;
+  if (!c->bias && !c->sm90 && !c->row) return;
   char buf[8192];
   sdpa_status ex = sdpa_explain_fwd(dev, buf, sizeof buf);
-  if (c->bias) /* the sm80 rows take bias problems (all of them: rows of any alignment) */
+  if (c->row) {
+    char want[128];
+    snprintf(want, sizeof want, "selected: %s\n", c->row);
+    if (gpu_sm90_lists(c->name, ex, buf, c->row))
+      TEST_EXPECT(strncmp(buf, want, strlen(want)) == 0, "%s: should select %s:\n%s", c->name,
+                  c->row, buf);
+  } else if (c->bias) /* the sm80 rows take bias problems (all of them: rows of any alignment) */
     TEST_EXPECT(ex == SDPA_OK && strncmp(buf, "selected: fwd_sm80", 18) == 0,
                 "%s: a bias problem should select an fwd_sm80 row:\n%s", c->name, buf);
   else

@@ -37,7 +37,8 @@
  * consumers (SDPA_REG_*). With dropout and key tiles of 128 the producer
  * warpgroup's four warps also make the mask, a query row a thread
  * (fwd_sm90_dropout.cuh); with tiles of 64 the consumers make it (the
- * 192-row rows have no dropout kernel).
+ * 192-row rows have no dropout kernel, and take a mask only when causal
+ * and s_q >= SDPA_FWD_WIDE_CAUSAL_SQ: their refuse function).
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias,
@@ -607,6 +608,16 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
+  /* the 192-row block: masks only when causal without a left window and long
+     enough that its diagonal's waste is paid back (kernels.def) */
+  if (NWG == 3 && (p->window_left >= 0 || p->window_right >= 0) &&
+      (p->window_left >= 0 || p->s_q < SDPA_FWD_WIDE_CAUSAL_SQ)) {
+    snprintf(why, n,
+             "a mask with s_q = %lld, window_left = %lld (192-row blocks take causal masks "
+             "without a left window at s_q >= %d; the 128-row row runs it)",
+             (long long)p->s_q, (long long)p->window_left, (int)SDPA_FWD_WIDE_CAUSAL_SQ);
+    return why;
+  }
   if (p->d_v > DV) {
     snprintf(why, n, "d_v = %lld above this row's %d (the bucket's rows take it)",
              (long long)p->d_v, (int)DV);
@@ -632,9 +643,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), unmapped);
   dim3 blocks, grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &blocks));
-  /* causal pairs above d = 64; at d = 64 they measured no gain at s 1-2k
-   * and a loss at 4-8k */
-  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, HD > 64, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
+  /* causal pairs above d = 64 and in the 192-row block; the 128-row d = 64
+   * block measured no gain at s 1-2k and a loss at 4-8k */
+  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, HD > 64 || NWG == 3, SDPA_STR(SDPA_KERNEL_NAME), &prm,
+                              &grid));
   const int drop = prm.base.has_dropout;
 #if SDPA_FWD_SM90_DROP
   const void *kernel = drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL;

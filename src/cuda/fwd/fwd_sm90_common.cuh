@@ -46,7 +46,13 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
 extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
                                           const char *name, sdpa_fwd_sm90_params *prm,
                                           dim3 *grid);
-/* The Hopper forward rows' own rule: q, k and v map (row->block_n keys a box). */
+/* The shortest s_q at which the 192-row d 64 rows take a causal problem:
+ * below it the 128-row rows run it faster (the wide block's diagonal tiles
+ * waste more than its shared K / V tiles save). */
+#define SDPA_FWD_WIDE_CAUSAL_SQ 2048
+
+/* The Hopper forward rows' own rule: q, k and v map (row->block_n keys a box),
+ * at most 2^31 - 1 work items. */
 extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_kernel_row *row,
                                             char *why, size_t n);
 
