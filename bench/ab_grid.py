@@ -21,10 +21,10 @@ import common
 import sdpa
 
 
-def attn_cells(quick, dims):
+def attn_cells(seqs, dims):
     cells = []
     for d in dims:
-        for s in ((1024, 4096) if quick else (1024, 2048, 4096, 8192)):
+        for s in seqs:
             for causal in (False, True):
                 cells.append(dict(d=d, s=s, causal=causal))
     return cells
@@ -95,6 +95,8 @@ def main():
     ap.add_argument("--libs", required=True, help="name=path,...: ratios are to the first")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
+    ap.add_argument("--seqs", default="", help="comma-separated s of the attention cells "
+                    "(default 1024,2048,4096,8192; --quick: 1024,4096)")
     ap.add_argument("--only", default="", help="comma-separated substrings: the cells naming one")
     ap.add_argument("--max-slowdown", type=float, default=None)
     ap.add_argument("--dims", default="64,128,256", help="head dims of the attention cells")
@@ -104,7 +106,9 @@ def main():
     libs = common.parse_libs(args.libs)
     cells = []
     for op in ("fwd", "bwd"):
-        for c in attn_cells(args.quick, [int(x) for x in args.dims.split(",")]):
+        seqs = ([int(x) for x in args.seqs.split(",")] if args.seqs
+                else (1024, 4096) if args.quick else (1024, 2048, 4096, 8192))
+        for c in attn_cells(seqs, [int(x) for x in args.dims.split(",")]):
             for extra in ("", "dropout", "bias"):
                 if (extra or "plain") not in args.extras.split(","):
                     continue
