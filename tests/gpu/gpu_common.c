@@ -242,10 +242,10 @@ int gpu_sm90_lists(const char *name, sdpa_status explain_status, const char *exp
 }
 
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
-                           const char *prefix) {
+                           const char *prefix, int whole) {
   if (!gpu_sm90_lists(name, explain_status, explain, prefix)) return;
-  char want[64];
-  snprintf(want, sizeof want, "selected: %s", prefix);
-  TEST_EXPECT(strncmp(explain, want, strlen(want)) == 0,
-              "%s: should select a %s row:\n%s", name, prefix, explain);
+  char want[128];
+  snprintf(want, sizeof want, "selected: %s%s", prefix, whole ? "\n" : "");
+  TEST_EXPECT(strncmp(explain, want, strlen(want)) == 0, "%s: should select %s%s%s:\n%s", name,
+              whole ? "" : "a ", prefix, whole ? "" : " row", explain);
 }

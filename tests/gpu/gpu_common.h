@@ -65,10 +65,10 @@ void gpu_twins_free(gpu_twins *w);
 
 /* The Hopper rows' selection check: on an sm_90 device the explain call must
  * have succeeded and, when its text lists a row whose name starts with prefix
- * (the build has them), the problem must have selected one (a test failure
- * naming the case otherwise). */
+ * (the build has them), the problem must have selected one, or with whole
+ * the row named prefix itself (a test failure naming the case otherwise). */
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
-                           const char *prefix);
+                           const char *prefix, int whole);
 /* 1 on a device of compute capability 9 whose explain text lists `row` (a row
  * name, or the start of one): the build has the row and the GPU can run it.
  * There the explain call (explain_status) must have succeeded: a test failure

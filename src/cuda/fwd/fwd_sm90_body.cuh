@@ -608,10 +608,10 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem *p,
                                                             const sdpa_kernel_row *row, char *why,
                                                             size_t n) {
-  /* the 192-row block: masks only when causal without a left window and long
-     enough that its diagonal's waste is paid back (kernels.def) */
-  if (NWG == 3 && (p->window_left >= 0 || p->window_right >= 0) &&
-      (p->window_left >= 0 || p->s_q < SDPA_FWD_WIDE_CAUSAL_SQ)) {
+  /* the 192-row block: no left window, and a causal mask only where s_q is
+     long enough that its diagonal's waste is paid back (kernels.def) */
+  if (NWG == 3 && (p->window_left >= 0 ||
+                   (p->window_right >= 0 && p->s_q < SDPA_FWD_WIDE_CAUSAL_SQ))) {
     snprintf(why, n,
              "a mask with s_q = %lld, window_left = %lld (192-row blocks take causal masks "
              "without a left window at s_q >= %d; the 128-row row runs it)",

@@ -41,8 +41,8 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
  * seqused_k, no dropout, two query blocks or more) where pairs_ok (the
  * instance's choice), a block a pair of query blocks (a heavy one, then its light
  * mirror: equal blocks, the second's copies under the first's epilogue);
- * else a block an item. SDPA_ERR_NOT_SUPPORTED
- * naming `name` past 2^31-1 items. */
+ * else a block an item. SDPA_ERR_INTERNAL naming `name` past 2^31-1 items
+ * (the rows' refuse function turns those problems away). */
 extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
                                           const char *name, sdpa_fwd_sm90_params *prm,
                                           dim3 *grid);

@@ -93,8 +93,8 @@ extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, in
                                           const char *name, sdpa_fwd_sm90_params *prm,
                                           dim3 *grid) {
   const int64_t items = (int64_t)blocks.x * blocks.y * blocks.z;
-  if (items > 0x7fffffff)
-    return sdpa_fail(SDPA_ERR_NOT_SUPPORTED,
+  if (items > 0x7fffffff) /* sdpa_fwd_sm90_refuse turned these away */
+    return sdpa_fail(SDPA_ERR_INTERNAL,
                      "%s: %lld work items (query blocks x heads x batch) exceed 2^31-1", name,
                      (long long)items);
   prm->m_blocks = (int)blocks.x;
