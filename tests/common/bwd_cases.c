@@ -49,7 +49,7 @@ static void build_table(void) {
   ntab = 0;
 
   /* ---- the --small set (CUDA): one problem per head-dim bucket and dtype;
-   * deterministic at d 64 and d 256 (the dQ kernel); empty problems */
+   * deterministic at d 64, 192 and 256 (the dQ kernels); empty problems */
   {
     const int64_t dims[7] = {32, 64, 96, 128, 192, 256, 160};
     for (int di = 0; di < 7; ++di)
@@ -57,7 +57,7 @@ static void build_table(void) {
         ADD(.name = "small", .on = ON_CUDA, .small = 1, .dt = t ? BF16 : F16, .b = 2, .h = 4,
             .hk = 2, .sq = 70, .sk = 45, .d = dims[di], .rows16 = 1, .causal = di & 1,
             .dropout = di == 2 ? 0.17f : 0.f, .softcap = di == 3 ? 4.f : 0.f,
-            .det = di == 1 || di == 5 ? 1 : 0);
+            .det = di == 1 || di == 4 || di == 5 ? 1 : 0);
     ADD(.name = "small_empty_queries", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 2, .h = 4,
         .hk = 2, .sq = 0, .sk = 70, .d = 64, .rows16 = 1);
     ADD(.name = "small_empty_keys", .on = ON_CUDA, .small = 1, .dt = F16, .b = 2, .h = 4, .hk = 2,
@@ -249,7 +249,7 @@ static void build_table(void) {
   H(.name = "sm90_d128_dropout_det", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 300,
     .d = 128, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d200_softcap_alibi", .dt = F16, .b = 1, .h = 2, .hk = 1, .sq = 150, .sk = 170,
-    .d = 200, .causal = 1, .softcap = 3.f, .alibi = 2);
+    .d = 200, .causal = 1, .softcap = 3.f, .alibi = 2, .row = "bwd_sm90_f16_hd256");
   H(.name = "sm90_d256_dropout_det", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 200,
     .d = 256, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d64_varlen_seqused_gqa4", .dt = F16, .b = 4, .h = 8, .hk = 2, .sq = 150,
@@ -268,18 +268,33 @@ static void build_table(void) {
     .sk = 1100, .d = 256, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d128_det_walk_causal", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100, .sk = 2200,
     .d = 128, .causal = 1, .det = 5);
-  /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 160 / 192
-   * in hd256) and d_qk != d_v (MLA's 192 / 128): V, dO and dV masked to d_v */
+  /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 136 / 160
+   * / 176 in hd192) and d_qk != d_v (MLA's 192 / 128): V, dO and dV masked to
+   * d_v. hd192's column split (128 + 64 a warpgroup, dQ the other way round):
+   * each kernel (plain, score features, the deterministic ones and its dQ
+   * kernels), GQA, several key blocks and query steps */
   H(.name = "sm90_d80_gqa4_causal", .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 200, .sk = 260,
     .d = 80, .causal = 1);
   H(.name = "sm90_d96_dropout_det", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 300,
     .d = 96, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d160_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 230,
-    .d = 160, .window = 1, .wl = 60, .wr = 10);
+    .d = 160, .window = 1, .wl = 60, .wr = 10, .row = "bwd_sm90_f16_hd192");
   H(.name = "sm90_mla_d192_dv128_causal_gqa", .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 260,
-    .sk = 300, .d = 192, .dv = 128, .causal = 1);
+    .sk = 300, .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_mla_d192_dv128_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130,
-    .sk = 150, .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5);
+    .sk = 150, .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5,
+    .row = "bwd_sm90_f16_hd192");
+  H(.name = "sm90_d192_softcap_alibi_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300,
+    .sk = 270, .d = 192, .causal = 1, .softcap = 3.f, .alibi = 2, .dropout = 0.17f,
+    .row = "bwd_sm90_bf16_hd192");
+  H(.name = "sm90_d176_det_dqkernel_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200,
+    .sk = 700, .d = 176, .window = 1, .wl = 300, .wr = 40, .det = 5, .row = "bwd_sm90_f16_hd192");
+  H(.name = "sm90_d192_det_dropout_tl", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 330, .sk = 200,
+    .d = 192, .causal = 1, .top_left = 1, .dropout = 0.17f, .det = 5, .row = "bwd_sm90_bf16_hd192");
+  H(.name = "sm90_d136_varlen_gqa4", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 150, .sk = 200,
+    .d = 136, .varlen = 1, .row = "bwd_sm90_bf16_hd192");
+  H(.name = "sm90_mla_d192_dv128_plain", .dt = F16, .b = 1, .h = 4, .hk = 4, .sq = 400, .sk = 330,
+    .d = 192, .dv = 128, .row = "bwd_sm90_f16_hd192");
   H(.name = "sm90_d128_dv64_softcap_alibi", .dt = F16, .b = 2, .h = 4, .hk = 1, .sq = 200,
     .sk = 170, .d = 128, .dv = 64, .causal = 1, .softcap = 3.f, .alibi = 2);
   H(.name = "sm90_d96_dv64_dropout", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 150, .sk = 190,

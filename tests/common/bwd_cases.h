@@ -52,6 +52,7 @@ typedef struct bwd_tcase {
   int det;     /* CUDA: deterministic, and that many more runs equal bit for bit */
   const int *threads; /* CPU: reruns over these thread counts (0-terminated), bit for bit */
   int sm90;    /* CUDA on sm_90 (a build with the Hopper rows): a bwd_sm90 row selected */
+  const char *row; /* with sm90: that exact row selected (where the build has it) */
   const char *kernel; /* CUDA: attn.kernel, a row forced (the sm80 rows on sm_90 too) */
 } bwd_tcase;
 

@@ -149,7 +149,7 @@ static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b)
     if (c->sm90) {
       char buf[8192];
       const sdpa_status ex = sdpa_explain_bwd(&dev, buf, sizeof buf);
-      gpu_expect_hopper_row(c->name, ex, buf, "bwd_sm90_", 0);
+      gpu_expect_hopper_row(c->name, ex, buf, c->row ? c->row : "bwd_sm90_", c->row != NULL);
     }
     const sdpa_status st = gpu_bwd(&dev);
     const cudaError_t ce = cudaDeviceSynchronize();

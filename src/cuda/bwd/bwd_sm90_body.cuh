@@ -4,12 +4,12 @@
  * by CMake from a SDPA_BWD_SM90_KERNEL row of kernels.def) defines
  *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_bf16_hd128
  *   SDPA_DTYPE        BF16 or F16
- *   SDPA_HDIM         head-dim bucket: 64, 128 or 256
+ *   SDPA_HDIM         head-dim bucket: 64, 128, 192 or 256
  *   SDPA_BLOCK_M      query rows per step (= SDPA_BLOCK_N, or half of it in
  *                     a bias row where the bias tiles would not fit)
  *   SDPA_BLOCK_N      keys per block: 128 (two warpgroups of 64 keys) or 64
- *                     (both warpgroups on the same 64 keys, each half of
- *                     the dK / dV columns: d = 256)
+ *                     (both warpgroups on the same 64 keys, each with part
+ *                     of the dK / dV columns: the d split, d = 192 / 256)
  *   SDPA_WARPS        8 (two warpgroups)
  *   SDPA_BWD_BIAS     0: a SDPA_BWD_SM90_KERNEL row (the plain and score-
  *                     feature kernels), 1: a SDPA_BWD_SM90_BIAS_KERNEL row
@@ -32,7 +32,7 @@
  *                                fragment), B = dO / Q read N-major
  *   dQ = dS K                    wgmma m64n<DQN>, A = dS^T and B = K both
  *                                read MN-major from shared memory; added to
- *                                the fp32 accumulator by red.global (d = 256:
+ *                                the fp32 accumulator by red.global (d split:
  *                                issued first, reduced while dV / dK run;
  *                                deterministic: a dQ kernel, bwd_dq_body)
  * Each warp owns 16 keys exactly as in the mma.sync kernel, so the
@@ -47,7 +47,7 @@
  * Supported (SDPA_BWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window in both alignments, alibi, softcap, dropout, GQA / MQA,
  * deterministic mode (bwd_common.cuh's dQ slices; with the d split, d
- * = 256, no dQ here and a dQ kernel, bwd_dq_body); in the bias rows
+ * = 192 / 256, no dQ here and a dQ kernel, bwd_dq_body); in the bias rows
  * an additive bias with dbias too: the step's [BM, BN] bias tile comes by
  * cp.async with Q / dO (double-buffered) and is read by ldmatrix.trans in
  * the S^T layout, dbias gathers in a shared tile written out by whole rows
@@ -89,7 +89,7 @@ enum { QS = 64, QS_F = 64, DQN = 64 };
 #elif SDPA_HDIM <= 128
 #define SDPA_HDW 128
 enum { QS = 64, QS_F = 32, DQN = 64 };
-#else
+#else /* the d split: the wider warpgroup's dK / dV and dQ widths (split_cols) */
 #define SDPA_HDW 128
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
@@ -128,7 +128,7 @@ enum {
   /* tile_load.cuh's geometry */
   CPR = HD / 8,
   EPC = 8,
-  CPRP = CPR,
+  CPRP = CPR <= 16 ? CPR : 32, /* d = 192: 24 chunks a row in a warp's lanes */
   LOAD_RPP = NTHREADS / CPRP,
   LOAD_PLAIN = 0
 };
@@ -136,11 +136,12 @@ static_assert(NTHREADS == 256 && KWG * DSG == 2, "two warpgroups: keys x column 
 static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
               "query steps of BN rows (half of it in a bias row)");
 static_assert(BM % QS == 0 && BM % 64 == 0, "whole sub-steps and 64-row dQ products a step");
-static_assert(HD % 64 == 0 && HDW * DSG == HD && HD % DQN == 0, "64-column swizzle blocks");
+static_assert(HD % 64 == 0 && (DSG == 1 ? HDW == HD && HD % DQN == 0 : HDW == 128),
+              "64-column swizzle blocks");
 static_assert(QS >= QS_F && BM % QS == 0 && QS_F % 32 == 0, "sub-steps of 32-query halves");
-static_assert(DSG == 1 || (BM == 64 && HDW == 128 && HD == 2 * DQN),
+static_assert(DSG == 1 || (BM == 64 && (HD == 192 || HD == 256) && DQN == 128),
               "d split: one 64-query step, 32 a warpgroup, one dQ product a warpgroup");
-static_assert((BM / 64) * (HD / DQN) % 2 == 0,
+static_assert(DSG == 2 || (BM / 64) * (HD / DQN) % 2 == 0,
               "dQ products: an even number, alternating warpgroups");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 /* bwd_launch.cuh: the d split's deterministic mode makes dQ with its own
@@ -200,14 +201,20 @@ __device__ __forceinline__ void wg_keys_by_cols(float (*acc)[4], const uint32_t 
     SDPA_WG(rs, SDPA_HDW)(acc, xa[ms], desc_mn(ta + ms * 16 * ROWB, BM * ROWB), 1);
 }
 
-/* acc += X^T T for a d split (d = 256): X^T the [64 keys, BM queries] tile
- * at xs (P^T or dS^T, shared, K-major) times the [BM, HD] tile at ta (dO or
- * Q, N-major, ta at the warpgroup's first column block). */
-__device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs, uint32_t ta) {
+/* acc += X^T T for a d split: X^T the [64 keys, BM queries] tile at xs
+ * (P^T or dS^T, shared, K-major) times n (a literal, 64 or 128) columns of
+ * the [BM, HD] tile at ta (dO or Q, N-major, ta at the first column block). */
+__device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs, uint32_t ta,
+                                                   const int n) {
 #pragma unroll
-  for (int ks = 0; ks < BM / 16; ++ks)
-    SDPA_WG(sst, SDPA_HDW)(acc, desc_k(xs + (ks >> 2) * BN * ROWB + (ks & 3) * 32),
-                           desc_mn(ta + ks * 16 * ROWB, BM * ROWB), 1);
+  for (int ks = 0; ks < BM / 16; ++ks) {
+    const uint64_t da = desc_k(xs + (ks >> 2) * BN * ROWB + (ks & 3) * 32);
+    const uint64_t db = desc_mn(ta + ks * 16 * ROWB, BM * ROWB);
+    if (n == 128)
+      SDPA_WG(sst, 128)(acc, da, db, 1);
+    else
+      SDPA_WG(sst, 64)(acc, da, db, 1);
+  }
 }
 
 /* Scores of queries 16 ms .. 16 ms + 15 packed as A fragments, ms < qs / 16. */
@@ -230,26 +237,27 @@ __device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], i
     }
 }
 
-/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, DQN columns
- * of chunk cc]: the wgmma issue only (no fence, commit or wait). */
+/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, n columns
+ * from column 64 cb] (n a literal, 64 or 128): the wgmma issue only (no
+ * fence, commit or wait). */
 __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t s_k, int rb,
-                                         int cc, int add) {
+                                         int cb, int add, const int n) {
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) {
     const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    const uint64_t db = desc_mn(s_k + cc * (DQN / 64) * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    if (DQN == 128)
+    const uint64_t db = desc_mn(s_k + cb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
+    if (n == 128)
       SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
     else
       SDPA_WG(sstt, 64)(acc, da, db, add || ks > 0);
   }
 }
 
-/* acc (dq_issue's, complete) added to the fp32 accumulator (rows past sq
- * skipped). */
+/* acc (dq_issue's, complete: n columns from column c0) added to the fp32
+ * accumulator (rows past sq skipped). */
 __device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
-                                          int cc, int m0, int sq, int64_t q_start, int hh, int wq,
-                                          int g, int t) {
+                                          int c0, const int n, int m0, int sq, int64_t q_start,
+                                          int hh, int wq, int g, int t) {
   /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
    * red.global.add.v4 costs more than it saves */
   const sdpa_problem *p = &prm->p;
@@ -258,9 +266,9 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*ac
     const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
     if (i >= sq) continue;
     float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                 ((q_start + i) * p->h + hh) * HD + cc * DQN + 2 * t;
+                 ((q_start + i) * p->h + hh) * HD + c0 + 2 * t;
 #pragma unroll
-    for (int j = 0; j < DQT; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
+    for (int j = 0; j < n / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
   }
 }
 
@@ -270,11 +278,59 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t 
                                            int64_t q_start, int hh, int wq, int g, int t) {
   float acc[DQT][4];
   wg_fence();
-  dq_issue(acc, s_s, s_k, rb, cc, 0);
+  dq_issue(acc, s_s, s_k, rb, cc * (DQN / 64), 0, DQN);
   wg_commit();
   wg_wait0();
   wg_fence_acc(acc, DQT);
-  dq_reduce(prm, acc, rb, cc, m0, sq, q_start, hh, wq, g, t);
+  dq_reduce(prm, acc, rb, cc * DQN, DQN, m0, sq, q_start, hh, wq, g, t);
+}
+
+/* The d split's columns: warpgroup wg's dK / dV start at column 128 wg and
+ * its dQ at split_dq_col(wg). d = 256: 128 of each a warpgroup. d = 192 (the
+ * 64-column swizzle blocks allow no 96-column halves): dK / dV 128 + 64, dQ
+ * the other way round (warpgroup 0 the last 64 columns, 1 the first 128),
+ * so each multiplies five or four 64-column blocks a step. */
+__device__ __forceinline__ int split_dq_col(int wg) { return HD == 256 ? 128 * wg : 128 - 128 * wg; }
+__device__ __forceinline__ int split_dq_wide(int wg) { return HD == 256 || wg == 1; }
+/* The columns of V / dO / dV worth multiplying: d = 192 with d_v <= 128
+ * (MLA's 192 / 128) leaves the third 64-column block zero, so the second
+ * warpgroup has no dV columns. */
+__device__ __forceinline__ int split_v_cols(const sdpa_problem *p) {
+  return HD == 192 && p->d_v <= 128 ? 128 : HD;
+}
+
+/* One warpgroup's products of a d split's step, after the P^T / dS^T
+ * exchange: its dQ columns (dqn wide; none when deterministic: bwd_dq_body
+ * makes dQ) first, then dV, dK (kvn wide); the dQ reductions run while dV /
+ * dK are on the tensor cores. kvn, dqn: literals. */
+__device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float (*dk)[4],
+                                               float (*dv)[4], uint32_t s_s, uint32_t s_p,
+                                               uint32_t s_k, uint32_t s_q, uint32_t s_do,
+                                               uint32_t col0, int det, int wg, int m0, int sq,
+                                               int64_t q_start, int hh, int wq, int g, int t,
+                                               const int dv_on, const int kvn, const int dqn) {
+  float dqa[DQT][4];
+  const int dqc = split_dq_col(wg);
+  wg_fence_acc(dv, kvn / 8);
+  wg_fence_acc(dk, kvn / 8);
+  wg_fence();
+  if (!det) {
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, dqc / 64, 0, dqn);
+    wg_commit();
+  }
+  if (dv_on) wg_keys_by_cols_ss(dv, s_p, s_do + col0, kvn);
+  wg_keys_by_cols_ss(dk, s_s, s_q + col0, kvn);
+  wg_commit();
+  if (det) {
+    wg_wait0();
+  } else {
+    wg_wait1(); /* the dQ group only */
+    wg_fence_acc(dqa, dqn / 8);
+    dq_reduce(prm, dqa, 0, dqc, dqn, m0, sq, q_start, hh, wq, g, t);
+    wg_wait0();
+  }
+  wg_fence_acc(dv, kvn / 8);
+  wg_fence_acc(dk, kvn / 8);
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
@@ -336,6 +392,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     cp_async_commit();
 
     const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
+    const int vcols = split_v_cols(p); /* (the d split's) */
     const int j_lo = n0 + kw * 16;
     const uint32_t k_wg = s_k + kwg * 64 * ROWB, v_wg = s_v + kwg * 64 * ROWB; /* A rows */
     const uint32_t col0 = (uint32_t)(dsg * (HDW / 64) * BM * ROWB); /* dK / dV column block */
@@ -378,10 +435,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
                        (int64_t)n0 + BN - 1 - m0 <= whi;
 
       if (DSG == 2) {
-        /* d split (d = 256): the warpgroups share the 64 keys and split the
-           step's 64 queries for S^T / dP^T (no product twice), exchange P^T
-           and dS^T through shared memory, then each does dV / dK for its
-           half of the columns from the shared tiles */
+        /* d split (d = 192 / 256): the warpgroups share the 64 keys and
+           split the step's 64 queries for S^T / dP^T (no product twice),
+           exchange P^T and dS^T through shared memory, then each does dV / dK
+           for its columns (split_dq_col) from the shared tiles */
         const int q0 = m0 + wg * 32, qc = wg * 32;
         float(*sp)[4] = spd, (*ss)[4] = ssd; /* issued above */
         const uint32_t keep = feat && prm->has_dropout
@@ -399,30 +456,18 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
-        /* this warpgroup's dQ columns (one product: HD = 2 DQN) first, then
-           dV, dK; the dQ reductions run while dV / dK are on the tensor cores
-           (deterministic: no dQ here, bwd_dq_body makes it) */
-        float dqa[DQT][4];
-        wg_fence_acc(dv, DTW);
-        wg_fence_acc(dk, DTW);
-        wg_fence();
-        if (!det) { /* (deterministic: dQ comes from bwd_dq_body) */
-          dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, 0);
-          wg_commit();
-        }
-        wg_keys_by_cols_ss(dv, s_p, s_do + col0);
-        wg_keys_by_cols_ss(dk, s_s, s_q + col0);
-        wg_commit();
-        if (det) {
-          wg_wait0();
-        } else {
-          wg_wait1(); /* the dQ group only */
-          wg_fence_acc(dqa, DQT);
-          dq_reduce(prm, dqa, 0, wg, m0, sq, q_start, hh, wq, g, t);
-          wg_wait0();
-        }
-        wg_fence_acc(dv, DTW);
-        wg_fence_acc(dk, DTW);
+        if (HD == 256) /* (literal widths: split_dq_wide written out) */
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
+                         wq, g, t, 1, 128, 128);
+        else if (wg == 0)
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
+                         wq, g, t, 1, 128, 64);
+        else if (vcols > 128)
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
+                         wq, g, t, 1, 64, 128);
+        else /* (MLA: no dV columns here) */
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
+                         wq, g, t, 0, 64, 128);
       } else {
 #pragma unroll 1
         for (int qh = 0; qh < BM / qs; ++qh) {
@@ -507,10 +552,16 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     }
   }
 
-  /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
+  /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0
+     (d = 192's second warpgroup: its 64 columns) */
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf)
-    bwd_store_kv_row(prm, b, hk, n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, dsg * HDW, hf, t);
+  for (int hf = 0; hf < 2; ++hf) {
+    const int j = n0 + kw * 16 + g + hf * 8;
+    if (HD == 192 && dsg == 1)
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, 8, 128, hf, t);
+    else
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, dsg * HDW, hf, t);
+  }
   } /* key blocks */
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
@@ -525,7 +576,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
  * double-buffered by cp.async): per tile the same S^T / dP^T products and
  * elementwise middle as bwd_body (the warpgroups split the queries; each warp
  * owns 16 keys), dS^T through shared memory, and dQ += dS K accumulated in
- * registers (each warpgroup half of the columns), written once, scaled, in
+ * registers (each warpgroup its split_dq_col columns), written once, scaled, in
  * the input dtype: no reductions, deterministic by construction. With
  * bwd_body's deterministic kernel (dK, dV without the dQ product) this is
  * the d split's deterministic mode, which avoids dQ slices (their
@@ -543,6 +594,17 @@ enum {
 static_assert(!SDPA_BWD_DQ_KERNEL || ((int)BM == (int)BN && (int)TILE == (int)TILE_KV &&
                                       (int)DQ_SMEM_BYTES <= (int)SMEM_BYTES),
               "the dQ kernel's tiles fit the main kernel's shared memory");
+
+/* dqa += dS K over n (a literal) columns from column c0, complete on return */
+__device__ __forceinline__ void dq_accumulate(float (*dqa)[4], uint32_t s_s, uint32_t s_k, int c0,
+                                              const int n) {
+  wg_fence_acc(dqa, n / 8);
+  wg_fence();
+  dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, c0 / 64, 1, n);
+  wg_commit();
+  wg_wait0();
+  wg_fence_acc(dqa, n / 8);
+}
 
 __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const int feat) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -568,6 +630,7 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
   const uint16_t *v_b = (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, 0, hk);
   const int64_t kss = p->k_st.ss, vss = p->v_st.ss;
   const int qc = wg * 32, q0 = m0 + qc; /* this warpgroup's 32 queries */
+  const int dqc = split_dq_col(wg);      /* and its dQ columns */
 
   float dqa[DQT][4];
   bwd_zero_acc(dqa, DQT);
@@ -620,12 +683,10 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     store_ds(s_s, da, wq, qc, g, t, 32);
     fence_proxy_async(); /* the dS^T stores, for the product's reads */
     __syncthreads();
-    wg_fence_acc(dqa, DQT);
-    wg_fence();
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, wg, 1);
-    wg_commit();
-    wg_wait0();
-    wg_fence_acc(dqa, DQT);
+    if (split_dq_wide(wg))
+      dq_accumulate(dqa, s_s, s_k, dqc, 128);
+    else
+      dq_accumulate(dqa, s_s, s_k, dqc, 64);
   }
 
   /* dQ = scale x accumulator, this warpgroup's columns, rows inside the sequence */
@@ -637,8 +698,9 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     SDPA_BELEM *row = dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
 #pragma unroll
     for (int j = 0; j < DQT; ++j)
-      bwd_st_pair(row, wg * DQN + 8 * j + 2 * t, d,
-                  SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale));
+      if (j < 8 || split_dq_wide(wg))
+        bwd_st_pair(row, dqc + 8 * j + 2 * t, d,
+                    SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale));
   }
 #else
   (void)prm;
