@@ -22,18 +22,20 @@ import sdpa
 
 
 def attn_cells(seqs, dims):
+    """dims: "d" or "d/d_v" (MLA's 192/128) entries."""
     cells = []
-    for d in dims:
+    for dd in dims:
+        d, dv = (int(x) for x in (dd.split("/") + [dd])[:2])
         for s in seqs:
             for causal in (False, True):
-                cells.append(dict(d=d, s=s, causal=causal))
+                cells.append(dict(d=d, dv=dv, s=s, causal=causal))
     return cells
 
 
-def attn_case(d, s, causal, op, extra):
+def attn_case(d, dv, s, causal, op, extra):
     b, h = 16384 // s, 2048 // d
     torch.manual_seed(0)
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(b, s, h, dd, device="cuda", dtype=torch.bfloat16) for dd in (d, d, dv))
     kw = dict(causal=causal)
     if extra == "bias":
         kw["bias"] = torch.randn(b, h, s, s, device="cuda", dtype=torch.bfloat16)
@@ -99,7 +101,8 @@ def main():
                     "(default 1024,2048,4096,8192; --quick: 1024,4096)")
     ap.add_argument("--only", default="", help="comma-separated substrings: the cells naming one")
     ap.add_argument("--max-slowdown", type=float, default=None)
-    ap.add_argument("--dims", default="64,128,256", help="head dims of the attention cells")
+    ap.add_argument("--dims", default="64,128,256",
+                    help="head dims of the attention cells (d, or d/d_v: 192/128)")
     ap.add_argument("--extras", default="plain,dropout,bias",
                     help="the attention cells' variants: plain, dropout, bias")
     args = ap.parse_args()
@@ -108,15 +111,16 @@ def main():
     for op in ("fwd", "bwd"):
         seqs = ([int(x) for x in args.seqs.split(",")] if args.seqs
                 else (1024, 4096) if args.quick else (1024, 2048, 4096, 8192))
-        for c in attn_cells(seqs, [int(x) for x in args.dims.split(",")]):
+        for c in attn_cells(seqs, args.dims.split(",")):
             for extra in ("", "dropout", "bias"):
                 if (extra or "plain") not in args.extras.split(","):
                     continue
                 if extra and (c["d"] == 256 or c["s"] > 4096):
                     continue
-                name = f"{op} d{c['d']} s{c['s']}{' causal' if c['causal'] else ''} {extra}".strip()
+                dname = f"{c['d']}" + (f"/{c['dv']}" if c["dv"] != c["d"] else "")
+                name = f"{op} d{dname} s{c['s']}{' causal' if c['causal'] else ''} {extra}".strip()
                 cells.append((name, lambda c=c, op=op, extra=extra:
-                              attn_case(c["d"], c["s"], c["causal"], op, extra), False))
+                              attn_case(c["d"], c["dv"], c["s"], c["causal"], op, extra), False))
     for b, L in ((1, 16384), (8, 4096), (32, 4096), (64, 16384)):
         for page in (0, 16):
             cells.append((f"decode b{b} s_k{L} page{page}",

@@ -64,6 +64,8 @@ static void build_table(void) {
         .sq = 50, .sk = 0, .d = 128, .rows16 = 1);
     ADD(.name = "small_mla", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 1,
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1);
+    ADD(.name = "small_mla_det", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 2,
+        .sq = 90, .sk = 70, .d = 192, .dv = 128, .rows16 = 1, .det = 1);
     ADD(.name = "small_mla_sm80", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1,
         .kernel = "bwd_sm80_f16_hd192");
@@ -269,8 +271,9 @@ static void build_table(void) {
   H(.name = "sm90_d128_det_walk_causal", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100, .sk = 2200,
     .d = 128, .causal = 1, .det = 5);
   /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 136 / 160
-   * / 176 in hd192) and d_qk != d_v (MLA's 192 / 128): V, dO and dV masked to
-   * d_v. hd192's column split (128 + 64 a warpgroup, dQ the other way round):
+   * / 176 in hd192) and d_qk != d_v (MLA's 192 / 128 in hd192_dv128, d_v
+   * above 128 in hd192): V, dO and dV masked to d_v. hd192's column split
+   * (128 + 64 a warpgroup, dQ the other way round; dV 64 + 64 in _dv128):
    * each kernel (plain, score features, the deterministic ones and its dQ
    * kernels), GQA, several key blocks and query steps */
   H(.name = "sm90_d80_gqa4_causal", .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 200, .sk = 260,
@@ -280,10 +283,10 @@ static void build_table(void) {
   H(.name = "sm90_d160_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 230,
     .d = 160, .window = 1, .wl = 60, .wr = 10, .row = "bwd_sm90_f16_hd192");
   H(.name = "sm90_mla_d192_dv128_causal_gqa", .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 260,
-    .sk = 300, .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_bf16_hd192");
+    .sk = 300, .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_bf16_hd192_dv128");
   H(.name = "sm90_mla_d192_dv128_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130,
     .sk = 150, .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5,
-    .row = "bwd_sm90_f16_hd192");
+    .row = "bwd_sm90_f16_hd192_dv128");
   H(.name = "sm90_d192_softcap_alibi_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300,
     .sk = 270, .d = 192, .causal = 1, .softcap = 3.f, .alibi = 2, .dropout = 0.17f,
     .row = "bwd_sm90_bf16_hd192");
@@ -294,7 +297,12 @@ static void build_table(void) {
   H(.name = "sm90_d136_varlen_gqa4", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 150, .sk = 200,
     .d = 136, .varlen = 1, .row = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_mla_d192_dv128_plain", .dt = F16, .b = 1, .h = 4, .hk = 4, .sq = 400, .sk = 330,
-    .d = 192, .dv = 128, .row = "bwd_sm90_f16_hd192");
+    .d = 192, .dv = 128, .row = "bwd_sm90_f16_hd192_dv128");
+  H(.name = "sm90_d160_dv96_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
+    .sk = 300, .d = 160, .dv = 96, .softcap = 3.f, .dropout = 0.17f,
+    .row = "bwd_sm90_bf16_hd192_dv128");
+  H(.name = "sm90_d192_dv160_causal_gqa", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 260,
+    .d = 192, .dv = 160, .causal = 1, .row = "bwd_sm90_f16_hd192");
   H(.name = "sm90_d128_dv64_softcap_alibi", .dt = F16, .b = 2, .h = 4, .hk = 1, .sq = 200,
     .sk = 170, .d = 128, .dv = 64, .causal = 1, .softcap = 3.f, .alibi = 2);
   H(.name = "sm90_d96_dv64_dropout", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 150, .sk = 190,

@@ -49,22 +49,26 @@ __device__ __forceinline__ void bwd_st_pair(uint16_t *row, int c, int d, uint32_
 }
 
 /* Key row j of dK (times dk_scale) and dV from a warp's accumulators in the
- * m16n8 layout (row g + 8 hf of the warp's 16; columns col0 + 8 dt + 2 t, + 1
- * for dt < ntiles, a literal), clipped to the head dim; nothing for j >= fk
- * (the sequence's full key length: rows past seqused_k get their zeros). */
+ * m16n8 layout (row g + 8 hf of the warp's 16; dK's columns colk + 8 dt + 2 t,
+ * + 1 for dt < ntk, dV's from colv for dt < ntv; ntk, ntv literals), clipped
+ * to the head dims; nothing for j >= fk (the sequence's full key length: rows
+ * past seqused_k get their zeros). */
 __device__ __forceinline__ void bwd_store_kv_row(const sdpa_bwd_params *prm, int b, int hk,
                                                  int j, int fk, float (*dk)[4], float (*dv)[4],
-                                                 const int ntiles, int col0, int hf, int t) {
+                                                 const int ntk, int colk, const int ntv, int colv,
+                                                 int hf, int t) {
   const sdpa_problem *p = &prm->p;
   if (j >= fk) return;
   const int d = (int)p->d;
   uint16_t *dkr = (uint16_t *)p->dk + sdpa_kv_offset_seq(p, p->dk_st, b, j, hk);
   uint16_t *dvr = (uint16_t *)p->dv + sdpa_kv_offset_seq(p, p->dv_st, b, j, hk);
 #pragma unroll
-  for (int dt = 0; dt < ntiles; ++dt) {
-    const int c = col0 + dt * 8 + 2 * t;
-    bwd_st_pair(dkr, c, d,
-                SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale));
-    bwd_st_pair(dvr, c, (int)p->d_v, SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]));
+  for (int dt = 0; dt < (ntk > ntv ? ntk : ntv); ++dt) {
+    if (dt < ntk)
+      bwd_st_pair(dkr, colk + dt * 8 + 2 * t, d,
+                  SDPA_PACK(dk[dt][2 * hf] * prm->dk_scale, dk[dt][2 * hf + 1] * prm->dk_scale));
+    if (dt < ntv)
+      bwd_st_pair(dvr, colv + dt * 8 + 2 * t, (int)p->d_v,
+                  SDPA_PACK(dv[dt][2 * hf], dv[dt][2 * hf + 1]));
   }
 }

@@ -165,6 +165,12 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
   const int smem = (int)SMEM_BYTES;
 #endif
   if (sdpa_cuda_smem_refusal(smem, why, n)) return why;
+#ifdef SDPA_DV /* a Hopper _dv row: V's columns multiplied up to SDPA_DV only */
+  if (p->d_v > SDPA_DV) {
+    snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_DV);
+    return why;
+  }
+#endif
   if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;
@@ -208,7 +214,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
+#ifdef SDPA_DV
+  if (p->d > HD || p->d_v > SDPA_DV)
+#else
   if (p->d > HD || p->d_v > HD)
+#endif
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
   if (p->b == 0 || p->h == 0) return SDPA_OK;

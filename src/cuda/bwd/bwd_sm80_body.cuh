@@ -401,7 +401,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0 */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf)
-    bwd_store_kv_row(prm, b, hk, n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, ds * HDW, hf, t);
+    bwd_store_kv_row(prm, b, hk, n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, ds * HDW, DTW,
+                     ds * HDW, hf, t);
   } /* key blocks */
 }
 

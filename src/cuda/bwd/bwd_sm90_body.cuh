@@ -11,6 +11,10 @@
  *                     (both warpgroups on the same 64 keys, each with part
  *                     of the dK / dV columns: the d split, d = 192 / 256)
  *   SDPA_WARPS        8 (two warpgroups)
+ *   SDPA_DV           (a _dv128 row, optional) the columns of V, dO and dV
+ *                     worth multiplying when d_v is below the bucket (MLA's
+ *                     192 / 128): the tiles keep HD columns (zero past d_v),
+ *                     the products stop at SDPA_DV
  *   SDPA_BWD_BIAS     0: a SDPA_BWD_SM90_KERNEL row (the plain and score-
  *                     feature kernels), 1: a SDPA_BWD_SM90_BIAS_KERNEL row
  *                     (the bias kernels, feat 2: every feature plus an
@@ -94,6 +98,9 @@ enum { QS = 64, QS_F = 32, DQN = 64 };
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
 #define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
+#ifndef SDPA_DV
+#define SDPA_DV SDPA_HDIM
+#endif
 
 enum {
   HD = SDPA_HDIM,
@@ -105,6 +112,8 @@ enum {
   HDW = SDPA_HDW,
   NQ = QS / 8,      /* n8 tiles of S^T / dP^T (at most) */
   KS = HD / 16,     /* k16 steps over the head dim */
+  HDV = SDPA_DV,    /* V's, dO's and dV's columns multiplied */
+  KSV = HDV / 16,   /* k16 steps of dP^T = V dO^T */
   MS = QS / 16,     /* k16 steps over a sub-step's queries (at most) */
   DTW = HDW / 8,    /* n8 tiles of dK / dV */
   DQT = DQN / 8,    /* n8 tiles of a dQ product */
@@ -132,6 +141,7 @@ enum {
   LOAD_RPP = NTHREADS / CPRP,
   LOAD_PLAIN = 0
 };
+#define LOAD_ZFILL 1 /* head dims inside the bucket (d 160, MLA's d_v 128): no split warps */
 static_assert(NTHREADS == 256 && KWG * DSG == 2, "two warpgroups: keys x column splits");
 static_assert(BM == BN || (SDPA_BWD_BIAS && 2 * BM == BN && DSG == 1),
               "query steps of BN rows (half of it in a bias row)");
@@ -144,6 +154,7 @@ static_assert(DSG == 1 || (BM == 64 && (HD == 192 || HD == 256) && DQN == 128),
 static_assert(DSG == 2 || (BM / 64) * (HD / DQN) % 2 == 0,
               "dQ products: an even number, alternating warpgroups");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+static_assert(HDV == HD || (HD == 192 && HDV == 128), "a _dv128 row: d = 192's split only");
 /* bwd_launch.cuh: the d split's deterministic mode makes dQ with its own
    kernels (bwd_dq_body; the preprocessor needs the condition in row fields) */
 #define SDPA_BWD_DQ_KERNEL (SDPA_BLOCK_N == 64)
@@ -174,13 +185,13 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
 __device__ __forceinline__ uint64_t desc_k(uint32_t a) { return wg_desc(a, 16, 1024); }
 __device__ __forceinline__ uint64_t desc_mn(uint32_t a, uint32_t lbo) { return wg_desc(a, lbo, 1024); }
 
-/* acc = X Y^T over the head dim for this warpgroup's 64 rows of the [BN, HD]
- * tile at xa (K or V) and qs (a literal, 32 or 64) rows of the [BM, HD] tile
- * at ya (Q or dO). */
+/* acc = X Y^T over the first 16 nks columns (a literal: KS, or KSV for V)
+ * for this warpgroup's 64 rows of the [BN, HD] tile at xa (K or V) and qs (a
+ * literal, 32 or 64) rows of the [BM, HD] tile at ya (Q or dO). */
 __device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa, uint32_t ya,
-                                                   const int qs) {
+                                                   const int qs, const int nks) {
 #pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
+  for (int ks = 0; ks < nks; ++ks) {
     const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
     const uint64_t da = desc_k(xa + (ks >> 2) * BN * ROWB + koff);
     const uint64_t db = desc_k(ya + (ks >> 2) * BM * ROWB + koff);
@@ -285,41 +296,40 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t 
   dq_reduce(prm, acc, rb, cc * DQN, DQN, m0, sq, q_start, hh, wq, g, t);
 }
 
-/* The d split's columns: warpgroup wg's dK / dV start at column 128 wg and
- * its dQ at split_dq_col(wg). d = 256: 128 of each a warpgroup. d = 192 (the
- * 64-column swizzle blocks allow no 96-column halves): dK / dV 128 + 64, dQ
- * the other way round (warpgroup 0 the last 64 columns, 1 the first 128),
- * so each multiplies five or four 64-column blocks a step. */
+/* The d split's columns: warpgroup wg's dK starts at column 128 wg, its dV
+ * there too but in a _dv128 row at 64 wg, its dQ at split_dq_col(wg).
+ * d = 256: 128 of each a warpgroup. d = 192 (the 64-column swizzle blocks
+ * allow no 96-column halves): dK / dV 128 + 64, dQ the other way round
+ * (warpgroup 0 the last 64 columns, 1 the first 128), so each multiplies
+ * five or four 64-column blocks a step; with d_v 128, dV 64 + 64: four
+ * each. */
 __device__ __forceinline__ int split_dq_col(int wg) { return HD == 256 ? 128 * wg : 128 - 128 * wg; }
 __device__ __forceinline__ int split_dq_wide(int wg) { return HD == 256 || wg == 1; }
-/* The columns of V / dO / dV worth multiplying: d = 192 with d_v <= 128
- * (MLA's 192 / 128) leaves the third 64-column block zero, so the second
- * warpgroup has no dV columns. */
-__device__ __forceinline__ int split_v_cols(const sdpa_problem *p) {
-  return HD == 192 && p->d_v <= 128 ? 128 : HD;
-}
+
+__device__ __forceinline__ int split_dv_col(int wg) { return HDV == 128 ? 64 * wg : 128 * wg; }
 
 /* One warpgroup's products of a d split's step, after the P^T / dS^T
  * exchange: its dQ columns (dqn wide; none when deterministic: bwd_dq_body
- * makes dQ) first, then dV, dK (kvn wide); the dQ reductions run while dV /
- * dK are on the tensor cores. kvn, dqn: literals. */
+ * makes dQ) first, then dV (dvn wide), dK (dkn wide); the dQ reductions run
+ * while dV / dK are on the tensor cores. dkn, dvn, dqn: literals. */
 __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float (*dk)[4],
                                                float (*dv)[4], uint32_t s_s, uint32_t s_p,
-                                               uint32_t s_k, uint32_t s_q, uint32_t s_do,
-                                               uint32_t col0, int det, int wg, int m0, int sq,
-                                               int64_t q_start, int hh, int wq, int g, int t,
-                                               const int dv_on, const int kvn, const int dqn) {
+                                               uint32_t s_k, uint32_t s_q, uint32_t s_do, int det,
+                                               int wg, int m0, int sq, int64_t q_start, int hh,
+                                               int wq, int g, int t, const int dkn, const int dvn,
+                                               const int dqn) {
   float dqa[DQT][4];
   const int dqc = split_dq_col(wg);
-  wg_fence_acc(dv, kvn / 8);
-  wg_fence_acc(dk, kvn / 8);
+  const uint32_t kcol = (uint32_t)(wg * 2 * BM * ROWB), vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
+  wg_fence_acc(dv, dvn / 8);
+  wg_fence_acc(dk, dkn / 8);
   wg_fence();
   if (!det) {
     dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, dqc / 64, 0, dqn);
     wg_commit();
   }
-  if (dv_on) wg_keys_by_cols_ss(dv, s_p, s_do + col0, kvn);
-  wg_keys_by_cols_ss(dk, s_s, s_q + col0, kvn);
+  wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
+  wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
   wg_commit();
   if (det) {
     wg_wait0();
@@ -329,8 +339,8 @@ __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float
     dq_reduce(prm, dqa, 0, dqc, dqn, m0, sq, q_start, hh, wq, g, t);
     wg_wait0();
   }
-  wg_fence_acc(dv, kvn / 8);
-  wg_fence_acc(dk, kvn / 8);
+  wg_fence_acc(dv, dvn / 8);
+  wg_fence_acc(dk, dkn / 8);
 }
 
 /* ---- main: dK, dV, dQ accumulation ---------------------------------------------------- */
@@ -392,7 +402,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     cp_async_commit();
 
     const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
-    const int vcols = split_v_cols(p); /* (the d split's) */
     const int j_lo = n0 + kw * 16;
     const uint32_t k_wg = s_k + kwg * 64 * ROWB, v_wg = s_v + kwg * 64 * ROWB; /* A rows */
     const uint32_t col0 = (uint32_t)(dsg * (HDW / 64) * BM * ROWB); /* dK / dV column block */
@@ -412,8 +421,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
       float spd[4][4], ssd[4][4];
       if (DSG == 2) {
         wg_fence();
-        wg_rows_by_queries(spd, opaque_u32(v_wg), s_do + wg * 32 * ROWB, 32);
-        wg_rows_by_queries(ssd, opaque_u32(k_wg), s_q + wg * 32 * ROWB, 32);
+        wg_rows_by_queries(spd, opaque_u32(v_wg), s_do + wg * 32 * ROWB, 32, KSV);
+        wg_rows_by_queries(ssd, opaque_u32(k_wg), s_q + wg * 32 * ROWB, 32, KS);
         wg_commit();
       }
       /* prefetch the next step's Q / dO (cp.async) and lse2 / D (registers; by
@@ -456,18 +465,16 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
-        if (HD == 256) /* (literal widths: split_dq_wide written out) */
-          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
-                         wq, g, t, 1, 128, 128);
+        /* (literal widths: the split's columns written out) */
+        if (HD == 256)
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
+                         g, t, 128, 128, 128);
         else if (wg == 0)
-          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
-                         wq, g, t, 1, 128, 64);
-        else if (vcols > 128)
-          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
-                         wq, g, t, 1, 64, 128);
-        else /* (MLA: no dV columns here) */
-          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, col0, det, wg, m0, sq, q_start, hh,
-                         wq, g, t, 0, 64, 128);
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
+                         g, t, 128, HDV == 128 ? 64 : 128, 64);
+        else
+          split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
+                         g, t, 64, 64, 128);
       } else {
 #pragma unroll 1
         for (int qh = 0; qh < BM / qs; ++qh) {
@@ -476,8 +483,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
           /* dP^T = V dO^T and S^T = K Q^T for the warpgroup's 64 keys x qs queries */
           float sp[NQ][4], ss[NQ][4];
           wg_fence();
-          wg_rows_by_queries(sp, opaque_u32(v_wg), s_do + qrow, qs);
-          wg_rows_by_queries(ss, opaque_u32(k_wg), s_q + qrow, qs);
+          wg_rows_by_queries(sp, opaque_u32(v_wg), s_do + qrow, qs, KSV);
+          wg_rows_by_queries(ss, opaque_u32(k_wg), s_q + qrow, qs, KS);
           wg_commit();
           uint32_t keep[QS / 32]; /* dropout's Philox bits while the products run */
 #pragma unroll
@@ -553,14 +560,16 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   }
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0
-     (d = 192's second warpgroup: its 64 columns) */
+     (d = 192: the split's columns) */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int j = n0 + kw * 16 + g + hf * 8;
     if (HD == 192 && dsg == 1)
-      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, 8, 128, hf, t);
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, 8, 128, 8, split_dv_col(1), hf, t);
+    else if (HD == 192 && HDV == 128)
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, 0, 8, 0, hf, t);
     else
-      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, dsg * HDW, hf, t);
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, dsg * HDW, DTW, dsg * HDW, hf, t);
   }
   } /* key blocks */
 #else
@@ -656,8 +665,8 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     __syncthreads(); /* ... for everyone; the other buffers' and dS^T's readers are done */
     float sp[4][4], ss[4][4];
     wg_fence();
-    wg_rows_by_queries(sp, opaque_u32(s_v), s_do + qc * ROWB, 32);
-    wg_rows_by_queries(ss, opaque_u32(s_k), s_q + qc * ROWB, 32);
+    wg_rows_by_queries(sp, opaque_u32(s_v), s_do + qc * ROWB, 32, KSV);
+    wg_rows_by_queries(ss, opaque_u32(s_k), s_q + qc * ROWB, 32, KS);
     wg_commit();
     if (n + 1 < n_end) { /* the next tile's K / V under this one */
       const int n02 = n0 + BN;
@@ -713,5 +722,7 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
 #undef SDPA_WG
 #undef SDPA_HDW
 #undef SDPA_TY
+#undef SDPA_DV
 #undef TILE_SWZ
+#undef LOAD_ZFILL
 #include "cuda/bwd/bwd_elem16_undef.cuh"

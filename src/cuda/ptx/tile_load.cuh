@@ -7,7 +7,10 @@
  * which define: NTHREADS; CPR; EPC (elements per 16-byte chunk); CPRP (CPR
  * rounded up to a power of two: threads per row in the lane scheme, at
  * most 32, or whole warps dividing NTHREADS) and LOAD_RPP = NTHREADS / CPRP;
- * LOAD_PLAIN (1: the plain loop where CPR does not divide the block); the
+ * LOAD_PLAIN (1: the plain loop where CPR does not divide the block);
+ * optionally LOAD_ZFILL (1: in the lane scheme a whole tile's copies take
+ * the predicate-free loop even where d ends inside the row, the chunks past
+ * d zero-filling, so no warp splits over the two loops; default 0); the
  * element type tile_elem; and int swz(int r, int c), or (a body whose
  * swizzle depends on the tile's row count: the Hopper backward's 128-byte
  * blocks of [rows][64]) TILE_SWZ(r, c, rows).
@@ -21,6 +24,9 @@
 
 #ifndef TILE_SWZ
 #define TILE_SWZ(r, c, rows) swz(r, c)
+#endif
+#ifndef LOAD_ZFILL
+#define LOAD_ZFILL 0
 #endif
 
 static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
@@ -81,6 +87,17 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
     const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
     const int64_t step = (int64_t)LOAD_RPP * stride;
+    if (LOAD_ZFILL && rows_valid >= rows) { /* whole tile: no row predicates */
+      const tile_elem *src = bytes > 0 ? g0 : (const tile_elem *)safe;
+      const int64_t sstep = bytes > 0 ? step : 0;
+#pragma unroll 2
+      for (int it = 0; it < rows / LOAD_RPP; ++it) {
+        const int r = r0 + it * LOAD_RPP;
+        cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), src + it * sstep,
+                    bytes);
+      }
+      return;
+    }
     if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
 #pragma unroll 2
       for (int it = 0; it < rows / LOAD_RPP; ++it) {
