@@ -465,16 +465,19 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
-        /* (literal widths: the split's columns written out) */
+        /* (literal widths: the split's columns written out. The branch
+           order is ptxas's: the other one serialized the wgmma of the
+           plain kernel for want of registers.) */
+        enum { W1 = HDV == 192 }; /* warpgroup 1's path first */
         if (HD == 256)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
                          g, t, 128, 128, 128);
-        else if (wg == 0)
+        else if (wg == W1)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, 128, HDV == 128 ? 64 : 128, 64);
+                         g, t, W1 ? 64 : 128, W1 ? 64 : HDV == 128 ? 64 : 128, W1 ? 128 : 64);
         else
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, 64, 64, 128);
+                         g, t, W1 ? 128 : 64, W1 ? 128 : 64, W1 ? 64 : 128);
       } else {
 #pragma unroll 1
         for (int qh = 0; qh < BM / qs; ++qh) {

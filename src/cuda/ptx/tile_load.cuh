@@ -10,7 +10,8 @@
  * LOAD_PLAIN (1: the plain loop where CPR does not divide the block);
  * optionally LOAD_ZFILL (1: where d ends inside the row, a whole tile's
  * copies take the predicate-free loop all the same, the chunks past d
- * zero-filling, so no warp splits over the two loops; default 0); the
+ * zero-filling, so no warp splits over two loops; in the lane scheme every
+ * whole tile, whose idle lanes copy nothing anyway; default 0); the
  * element type tile_elem; and int swz(int r, int c), or (a body whose
  * swizzle depends on the tile's row count: the Hopper backward's 128-byte
  * blocks of [rows][64]) TILE_SWZ(r, c, rows).
@@ -48,8 +49,8 @@ static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
 __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, int64_t stride,
                                           int rows, int rows_valid, int d, int tid,
                                           const void *safe) {
-  const int zfill = LOAD_ZFILL && d < CPR * EPC; /* the same for every thread */
   if (NTHREADS % CPR == 0 && CPR <= 16) {
+    const int zfill = LOAD_ZFILL && d < CPR * EPC; /* the same for every thread */
     const int c = tid % CPR, r0 = tid / CPR;
     const int rem = d - c * EPC;
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
@@ -92,15 +93,22 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
     const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
     const int64_t step = (int64_t)LOAD_RPP * stride;
-    if (rows_valid >= rows && (bytes == 16 || zfill)) { /* whole tile: no predicates */
-      const int none = zfill && bytes == 0; /* (else bytes is 16) */
-      const tile_elem *src = none ? (const tile_elem *)safe : g0;
-      const int64_t sstep = none ? 0 : step;
+    if (LOAD_ZFILL && rows_valid >= rows) { /* whole tile: no row predicates */
+      const tile_elem *src = bytes > 0 ? g0 : (const tile_elem *)safe;
+      const int64_t sstep = bytes > 0 ? step : 0;
 #pragma unroll 2
       for (int it = 0; it < rows / LOAD_RPP; ++it) {
         const int r = r0 + it * LOAD_RPP;
         cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), src + it * sstep,
-                    zfill ? bytes : 16);
+                    bytes);
+      }
+      return;
+    }
+    if (rows_valid >= rows && bytes == 16) { /* whole tile, whole chunk: no predicates */
+#pragma unroll 2
+      for (int it = 0; it < rows / LOAD_RPP; ++it) {
+        const int r = r0 + it * LOAD_RPP;
+        cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), g0 + it * step, 16);
       }
       return;
     }
