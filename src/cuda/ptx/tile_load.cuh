@@ -56,15 +56,22 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
     const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
     const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
-    if (rows_valid >= rows && (bytes == 16 || zfill)) { /* whole tile: no predicates */
-      const int none = zfill && bytes == 0; /* (else bytes is 16) */
-      const tile_elem *src = none ? (const tile_elem *)safe : g0;
-      const int64_t sstep = none ? 0 : step;
+    if (rows_valid >= rows && bytes == 16 && !zfill) { /* whole tile, whole chunk: no predicates */
+#pragma unroll
+      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
+        const int r = r0 + it * (NTHREADS / CPR);
+        cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), g0 + it * step, 16);
+      }
+      return;
+    }
+    if (zfill && rows_valid >= rows) { /* whole tile, d inside the row: every thread here */
+      const tile_elem *src = bytes > 0 ? g0 : (const tile_elem *)safe;
+      const int64_t sstep = bytes > 0 ? step : 0;
 #pragma unroll
       for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
         const int r = r0 + it * (NTHREADS / CPR);
         cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), src + it * sstep,
-                    zfill ? bytes : 16);
+                    bytes);
       }
       return;
     }
