@@ -93,7 +93,7 @@ enum { QS = 64, QS_F = 64, DQN = 64 };
 #elif SDPA_HDIM <= 128
 #define SDPA_HDW 128
 enum { QS = 64, QS_F = 32, DQN = 64 };
-#else /* the d split: the wider warpgroup's dK / dV and dQ widths (split_cols) */
+#else /* the d split: the wider warpgroup's dK / dV and dQ widths (split_products) */
 #define SDPA_HDW 128
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
@@ -320,7 +320,8 @@ __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float
                                                const int dqn) {
   float dqa[DQT][4];
   const int dqc = split_dq_col(wg);
-  const uint32_t kcol = (uint32_t)(wg * 2 * BM * ROWB), vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
+  const uint32_t kcol = (uint32_t)(wg * 2 * BM * ROWB);
+  const uint32_t vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
   wg_fence_acc(dv, dvn / 8);
   wg_fence_acc(dk, dkn / 8);
   wg_fence();
@@ -447,7 +448,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         /* d split (d = 192 / 256): the warpgroups share the 64 keys and
            split the step's 64 queries for S^T / dP^T (no product twice),
            exchange P^T and dS^T through shared memory, then each does dV / dK
-           for its columns (split_dq_col) from the shared tiles */
+           and dQ for its columns (split_dq_col's comment) from the shared
+           tiles */
         const int q0 = m0 + wg * 32, qc = wg * 32;
         float(*sp)[4] = spd, (*ss)[4] = ssd; /* issued above */
         const uint32_t keep = feat && prm->has_dropout
@@ -468,16 +470,20 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         /* (literal widths: the split's columns written out. The branch
            order is ptxas's: the other one serialized the wgmma of the
            plain kernel for want of registers.) */
-        enum { W1 = HDV == 192 }; /* warpgroup 1's path first */
+        enum {
+          K0 = 128, V0 = HDV == 128 ? 64 : 128, Q0 = 64, /* d = 192: warpgroup 0's widths */
+          K1 = 64, V1 = 64, Q1 = 128,                    /* and 1's */
+          W1 = HDV == 192                                /* warpgroup 1's path first */
+        };
         if (HD == 256)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
                          g, t, 128, 128, 128);
         else if (wg == W1)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, W1 ? 64 : 128, W1 ? 64 : HDV == 128 ? 64 : 128, W1 ? 128 : 64);
+                         g, t, W1 ? K1 : K0, W1 ? V1 : V0, W1 ? Q1 : Q0);
         else
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, W1 ? 128 : 64, W1 ? 128 : 64, W1 ? 64 : 128);
+                         g, t, W1 ? K0 : K1, W1 ? V0 : V1, W1 ? Q0 : Q1);
       } else {
 #pragma unroll 1
         for (int qh = 0; qh < BM / qs; ++qh) {
