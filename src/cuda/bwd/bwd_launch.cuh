@@ -165,7 +165,7 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
   const int smem = (int)SMEM_BYTES;
 #endif
   if (sdpa_cuda_smem_refusal(smem, why, n)) return why;
-#ifdef SDPA_DV /* a Hopper _dv row: V's columns multiplied up to SDPA_DV only */
+#ifdef SDPA_DV /* the Hopper rows: V's columns multiplied up to SDPA_DV (below HD in a _dv row) */
   if (p->d_v > SDPA_DV) {
     snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_DV);
     return why;
@@ -215,12 +215,15 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
 #ifdef SDPA_DV
-  if (p->d > HD || p->d_v > SDPA_DV)
+  const int dv_max = (int)SDPA_DV;
 #else
-  if (p->d > HD || p->d_v > HD)
+  const int dv_max = (int)HD;
 #endif
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: d = %lld, d_v = %lld outside this kernel's bucket %d",
-                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD);
+  if (p->d > HD || p->d_v > dv_max)
+    return sdpa_fail(SDPA_ERR_INTERNAL,
+                     "%s: d = %lld, d_v = %lld outside this kernel's bucket %d (d_v up to %d)",
+                     SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD,
+                     dv_max);
   if (p->b == 0 || p->h == 0) return SDPA_OK;
   const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
   if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)

@@ -33,8 +33,12 @@
  *   dV += P^T dO, dK += dS^T Q   wgmma m64n<HDW>, A = P^T / dS^T from the
  *                                registers the scores came out in (each
  *                                warp's 16 keys: the m16n8 layout is the A
- *                                fragment), B = dO / Q read N-major
- *   dQ = dS K                    wgmma m64n<DQN>, A = dS^T and B = K both
+ *                                fragment), B = dO / Q read N-major (the
+ *                                d split: A from the shared P^T / dS^T
+ *                                tiles, n64 or n128 a warpgroup,
+ *                                split_products)
+ *   dQ = dS K                    wgmma m64n<DQN> (the d split: n64 or n128
+ *                                a warpgroup), A = dS^T and B = K both
  *                                read MN-major from shared memory; added to
  *                                the fp32 accumulator by red.global (d split:
  *                                issued first, reduced while dV / dK run;
