@@ -31,6 +31,12 @@
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
+/* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
+#ifdef SDPA_DV
+#define SDPA_BWD_DV_MAX SDPA_DV
+#else
+#define SDPA_BWD_DV_MAX HD
+#endif
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
 /* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
@@ -165,12 +171,10 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
   const int smem = (int)SMEM_BYTES;
 #endif
   if (sdpa_cuda_smem_refusal(smem, why, n)) return why;
-#ifdef SDPA_DV /* the Hopper rows: V's columns multiplied up to SDPA_DV (below HD in a _dv row) */
-  if (p->d_v > SDPA_DV) {
-    snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_DV);
+  if (p->d_v > SDPA_BWD_DV_MAX) {
+    snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_BWD_DV_MAX);
     return why;
   }
-#endif
   if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;
@@ -214,16 +218,11 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
-#ifdef SDPA_DV
-  const int dv_max = (int)SDPA_DV;
-#else
-  const int dv_max = (int)HD;
-#endif
-  if (p->d > HD || p->d_v > dv_max)
+  if (p->d > HD || p->d_v > SDPA_BWD_DV_MAX)
     return sdpa_fail(SDPA_ERR_INTERNAL,
                      "%s: d = %lld, d_v = %lld outside this kernel's bucket %d (d_v up to %d)",
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)p->d, (long long)p->d_v, (int)HD,
-                     dv_max);
+                     (int)SDPA_BWD_DV_MAX);
   if (p->b == 0 || p->h == 0) return SDPA_OK;
   const int64_t nkb = (p->s_k + BN - 1) / BN, nrb = (p->s_q + 31) / 32;
   if (nkb > 0x7fffffff || nrb > 0x7fffffff || p->h > 65535 || p->b > 65535)
@@ -297,4 +296,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_WS
 #undef SDPA_BWD_BIAS
 #undef SDPA_BWD_DQ_KERNEL
+#undef SDPA_BWD_DV_MAX
 #include "cuda/row_undef.cuh"

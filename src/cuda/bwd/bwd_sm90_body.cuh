@@ -97,7 +97,7 @@ enum { QS = 64, QS_F = 64, DQN = 64 };
 #elif SDPA_HDIM <= 128
 #define SDPA_HDW 128
 enum { QS = 64, QS_F = 32, DQN = 64 };
-#else /* the d split: the wider warpgroup's dK / dV and dQ widths (split_products) */
+#else /* the d split: the wider warpgroup's dK / dV and dQ widths (SPLIT_*_N) */
 #define SDPA_HDW 128
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
@@ -300,31 +300,35 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t 
   dq_reduce(prm, acc, rb, cc * DQN, DQN, m0, sq, q_start, hh, wq, g, t);
 }
 
-/* The d split's columns: warpgroup wg's dK starts at column 128 wg, its dV
- * there too but in a _dv128 row at 64 wg, its dQ at split_dq_col(wg).
- * d = 256: 128 of each a warpgroup. d = 192 (the 64-column swizzle blocks
- * allow no 96-column halves): dK / dV 128 + 64, dQ the other way round
- * (warpgroup 0 the last 64 columns, 1 the first 128), so each multiplies
- * five or four 64-column blocks a step; with d_v 128, dV 64 + 64: four
- * each. */
-__device__ __forceinline__ int split_dq_col(int wg) { return HD == 256 ? 128 * wg : 128 - 128 * wg; }
-__device__ __forceinline__ int split_dq_wide(int wg) { return HD == 256 || wg == 1; }
-
+/* The d split's columns, the one table of them: warpgroup wg's dK, dV and
+ * dQ widths (64 or 128) and first columns. The widths are macros so that a
+ * literal wg gives the products literal widths (ptxas allocates the d = 192
+ * kernels differently when they come through inline functions; the
+ * measured kernels were built from these forms). d = 256: 128 of each a
+ * warpgroup. d = 192 (the 64-column swizzle blocks allow no 96-column
+ * halves): dK / dV 128 + 64, dQ the other way round (warpgroup 0 the last
+ * 64 columns, 1 the first 128), so each multiplies five or four 64-column
+ * blocks a step; with d_v 128 (a _dv128 row), dV 64 + 64: four each. */
+#define SPLIT_DK_N(wg) (HD == 256 || (wg) == 0 ? 128 : 64)
+#define SPLIT_DV_N(wg) (HDV == 128 ? 64 : SPLIT_DK_N(wg))
+#define SPLIT_DQ_N(wg) (HD == 256 || (wg) == 1 ? 128 : 64)
+#define SPLIT_DK_COL(wg) (128 * (wg))
 __device__ __forceinline__ int split_dv_col(int wg) { return HDV == 128 ? 64 * wg : 128 * wg; }
+__device__ __forceinline__ int split_dq_col(int wg) { return HD == 256 ? 128 * wg : 128 - 128 * wg; }
 
 /* One warpgroup's products of a d split's step, after the P^T / dS^T
- * exchange: its dQ columns (dqn wide; none when deterministic: bwd_dq_body
- * makes dQ) first, then dV (dvn wide), dK (dkn wide); the dQ reductions run
- * while dV / dK are on the tensor cores. dkn, dvn, dqn: literals. */
+ * exchange: its dQ columns (none when deterministic: bwd_dq_body makes dQ)
+ * first, then dV, dK; the dQ reductions run while dV / dK are on the tensor
+ * cores. dkn, dvn, dqn: the split table's widths of wg, as literals. */
 __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float (*dk)[4],
                                                float (*dv)[4], uint32_t s_s, uint32_t s_p,
                                                uint32_t s_k, uint32_t s_q, uint32_t s_do, int det,
                                                int wg, int m0, int sq, int64_t q_start, int hh,
-                                               int wq, int g, int t, const int dkn, const int dvn,
-                                               const int dqn) {
+                                               int wq, int g, int t, const int dkn,
+                                               const int dvn, const int dqn) {
   float dqa[DQT][4];
   const int dqc = split_dq_col(wg);
-  const uint32_t kcol = (uint32_t)(wg * 2 * BM * ROWB);
+  const uint32_t kcol = (uint32_t)(SPLIT_DK_COL(wg) / 64 * BM * ROWB);
   const uint32_t vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
   wg_fence_acc(dv, dvn / 8);
   wg_fence_acc(dk, dkn / 8);
@@ -452,7 +456,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         /* d split (d = 192 / 256): the warpgroups share the 64 keys and
            split the step's 64 queries for S^T / dP^T (no product twice),
            exchange P^T and dS^T through shared memory, then each does dV / dK
-           and dQ for its columns (split_dq_col's comment) from the shared
+           and dQ for its columns (the split table) from the shared
            tiles */
         const int q0 = m0 + wg * 32, qc = wg * 32;
         float(*sp)[4] = spd, (*ss)[4] = ssd; /* issued above */
@@ -471,23 +475,19 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         store_ds(s_s, da, kw, qc, g, t, 32);
         fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
         __syncthreads();
-        /* (literal widths: the split's columns written out. The branch
-           order is ptxas's: the other one serialized the wgmma of the
-           plain kernel for want of registers.) */
-        enum {
-          K0 = 128, V0 = HDV == 128 ? 64 : 128, Q0 = 64, /* d = 192: warpgroup 0's widths */
-          K1 = 64, V1 = 64, Q1 = 128,                    /* and 1's */
-          W1 = HDV == 192                                /* warpgroup 1's path first */
-        };
+        /* d = 192: each warpgroup's path with its widths as literals;
+           the branch order is ptxas's: the other one serialized the wgmma
+           of the plain kernel for want of registers */
+        enum { W1 = HDV == 192 }; /* warpgroup 1's path first */
         if (HD == 256)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
                          g, t, 128, 128, 128);
         else if (wg == W1)
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, W1 ? K1 : K0, W1 ? V1 : V0, W1 ? Q1 : Q0);
+                         g, t, SPLIT_DK_N(W1), SPLIT_DV_N(W1), SPLIT_DQ_N(W1));
         else
           split_products(prm, dk, dv, s_s, s_p, s_k, s_q, s_do, det, wg, m0, sq, q_start, hh, wq,
-                         g, t, W1 ? K0 : K1, W1 ? V0 : V1, W1 ? Q0 : Q1);
+                         g, t, SPLIT_DK_N(1 - W1), SPLIT_DV_N(1 - W1), SPLIT_DQ_N(1 - W1));
       } else {
 #pragma unroll 1
         for (int qh = 0; qh < BM / qs; ++qh) {
@@ -573,14 +573,15 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   }
 
   /* dK (times scale) and dV of this block's keys; rows past seqused_k are 0
-     (d = 192: the split's columns) */
+     (d = 192: the split table's columns, warpgroup 1's apart for its widths) */
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int j = n0 + kw * 16 + g + hf * 8;
     if (HD == 192 && dsg == 1)
-      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, 8, 128, 8, split_dv_col(1), hf, t);
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, SPLIT_DK_N(1) / 8, SPLIT_DK_COL(1),
+                       SPLIT_DV_N(1) / 8, split_dv_col(1), hf, t);
     else if (HD == 192 && HDV == 128)
-      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, 0, 8, 0, hf, t);
+      bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, 0, SPLIT_DV_N(0) / 8, 0, hf, t);
     else
       bwd_store_kv_row(prm, b, hk, j, fk, dk, dv, DTW, dsg * HDW, DTW, dsg * HDW, hf, t);
   }
@@ -705,7 +706,7 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     store_ds(s_s, da, wq, qc, g, t, 32);
     fence_proxy_async(); /* the dS^T stores, for the product's reads */
     __syncthreads();
-    if (split_dq_wide(wg))
+    if (SPLIT_DQ_N(wg) == 128)
       dq_accumulate(dqa, s_s, s_k, dqc, 128);
     else
       dq_accumulate(dqa, s_s, s_k, dqc, 64);
@@ -720,7 +721,7 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
     SDPA_BELEM *row = dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
 #pragma unroll
     for (int j = 0; j < DQT; ++j)
-      if (j < 8 || split_dq_wide(wg))
+      if (j < SPLIT_DQ_N(wg) / 8)
         bwd_st_pair(row, dqc + 8 * j + 2 * t, d,
                     SDPA_PACK(dqa[j][2 * hf] * p->scale, dqa[j][2 * hf + 1] * p->scale));
   }
@@ -733,6 +734,10 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
 #include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_WG
+#undef SPLIT_DK_N
+#undef SPLIT_DV_N
+#undef SPLIT_DQ_N
+#undef SPLIT_DK_COL
 #undef SDPA_HDW
 #undef SDPA_TY
 #undef SDPA_DV
