@@ -75,6 +75,10 @@ static void build_table(void) {
   ADD(.name = "small d 59 append rotary (simt)", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2,
       .h = 4, .hk = 2, .sq = 3, .snew = 3, .d = 59, .s_cache = 120, .leftpad = 1, .rotary = 1,
       .rotary_dim = 32, .causal = 1);
+  /* MLA's latent cache (v k's first 512 columns), 64 heads a block, two splits */
+  ADD(.name = "small MLA 576 / 512 paged 64", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2,
+      .h = 64, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 150, .page = 64, .latent = 1,
+      .splits = 2, .zero_seqlen = 1, .hopper_row = "decode_sm90_bf16_hd576_dv512");
   ADD(.name = "small f32 paged append rotary (simt)", .on = ON_BOTH, .small = 1, .dt = F32, .b = 2,
       .h = 4, .hk = 1, .sq = 2, .snew = 2, .d = 64, .s_cache = 100, .page = 16, .rotary = 2,
       .rotary_dim = 64);
@@ -153,6 +157,36 @@ static void build_table(void) {
       .sq = 2, .snew = 2, .d = 36, .s_cache = 300, .padded = 1, .causal = 1);
   ADD(.name = "padded rows dense split-KV", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 4,
       .sq = 3, .d = 60, .s_cache = 200, .padded = 1, .dense = 1, .splits = 4);
+  /* MLA decoding (d_qk 576, d_v 512, one kv head, v k's first 512 columns):
+   * 128 heads in two blocks of 64, fewer heads in one block of padding rows,
+   * pages of 64 / 32 / 16 (a copy box a page piece), contiguous with
+   * cache_batch_idx and leftpad, s_q 2 causal, GQA 2, a window, d 520 /
+   * d_v 500 (columns past them zeros), dense k */
+  ADD(.name = "MLA paged 64, 128 heads", .on = ON_BOTH, .dt = BF16, .b = 3, .h = 128, .hk = 1,
+      .sq = 1, .d = 576, .dv = 512, .s_cache = 700, .page = 64, .latent = 1, .zero_seqlen = 1,
+      .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  ADD(.name = "MLA paged 64, graph + workspace, 4 splits", .on = ON_CUDA, .kind = DEC_GRAPH_WS,
+      .dt = BF16, .b = 2, .h = 128, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 900,
+      .page = 64, .latent = 1, .splits = 4, .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  ADD(.name = "MLA contiguous batch_idx leftpad, 16 heads", .on = ON_BOTH, .dt = F16, .b = 2,
+      .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 1500, .batch_idx = 1,
+      .leftpad = 1, .latent = 1, .hopper_row = "decode_sm90_f16_hd576_dv512");
+  ADD(.name = "MLA paged 16, s_q 2 causal, every split count", .on = ON_BOTH, .dt = BF16, .b = 2,
+      .h = 32, .hk = 1, .sq = 2, .d = 576, .dv = 512, .s_cache = 600, .page = 16, .latent = 1,
+      .causal = 1, .splits = 1, .sweep = 1, .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  ADD(.name = "MLA paged 32, GQA 2, window", .on = ON_BOTH, .dt = F16, .b = 2, .h = 64, .hk = 2,
+      .sq = 3, .d = 576, .dv = 512, .s_cache = 500, .page = 32, .latent = 1, .window = 1,
+      .wl = 150, .wr = 0, .hopper_row = "decode_sm90_f16_hd576_dv512");
+  ADD(.name = "MLA d 520 / d_v 500, 3 splits", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 24,
+      .hk = 1, .sq = 1, .d = 520, .dv = 500, .s_cache = 400, .page = 64, .latent = 1,
+      .splits = 3, .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  ADD(.name = "MLA dense k, s_q 4 causal", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1,
+      .sq = 4, .d = 576, .dv = 512, .s_cache = 300, .dense = 1, .latent = 1, .causal = 1,
+      .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  /* a separate v cannot share k's tiles: the MLA row refuses it */
+  ADD(.name = "MLA 576 / 512, separate v", .on = ON_CUDA, .kind = DEC_EXPLAIN, .dt = BF16, .b = 2,
+      .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 300, .page = 64,
+      .explain_row = "fwd_simt");
   /* score modifiers */
   ADD(.name = "window", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 7, .snew = 2,
       .d = 128, .s_cache = 900, .window = 1, .wl = 100, .wr = 3, .page = 16);
@@ -297,6 +331,16 @@ static sdpa_tensor alloc_side(dec_prob *f, sdpa_dtype dt, int rank, const int64_
   return case_alloc(&f->bufs, dt, rank, shape, 0, 0, is_out);
 }
 
+/* v of the given shape, or for a latent case k's first dv columns (a view
+ * with k's strides). */
+static sdpa_tensor alloc_v(const dec_case *c, dec_prob *f, const sdpa_tensor *k,
+                           const int64_t *shape) {
+  if (!c->latent) return alloc_rows(c, f, shape, 0);
+  sdpa_tensor v = *k;
+  v.shape[3] = c->dv;
+  return v;
+}
+
 /* A shuffled 0 .. n-1, its first m entries into dst. */
 static void perm_into(int32_t *dst, int64_t m, int64_t n, test_rng *rng) {
   int32_t *p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
@@ -376,7 +420,7 @@ static void build(const dec_case *c, dec_prob *f, const case_env *env) {
   if (c->dense) {
     const int64_t sk[4] = {c->b, c->s_cache, c->hk, c->d}, sv[4] = {c->b, c->s_cache, c->hk, c->dv};
     a->k = alloc_rows(c, f, sk, 0);
-    a->v = alloc_rows(c, f, sv, 0);
+    a->v = alloc_v(c, f, &a->k, sv);
   } else {
     d->cache_seqlens = alloc_side(f, SDPA_DTYPE_I32, 1, sb, 0);
     int32_t *sl32 = (int32_t *)d->cache_seqlens.data;
@@ -388,14 +432,14 @@ static void build(const dec_case *c, dec_prob *f, const case_env *env) {
       const int64_t sk[4] = {nblocks, page, c->hk, c->d}, sv[4] = {nblocks, page, c->hk, c->dv};
       const int64_t st[2] = {c->b, maxb};
       a->k = alloc_rows(c, f, sk, 0);
-      a->v = alloc_rows(c, f, sv, 0);
+      a->v = alloc_v(c, f, &a->k, sv);
       d->block_table = alloc_side(f, SDPA_DTYPE_I32, 2, st, 0);
       perm_into((int32_t *)d->block_table.data, c->b * maxb, nblocks, rng);
     } else {
       const int64_t bc = c->b + (c->batch_idx ? 2 : 0);
       const int64_t sk[4] = {bc, c->s_cache, c->hk, c->d}, sv[4] = {bc, c->s_cache, c->hk, c->dv};
       a->k = alloc_rows(c, f, sk, 0);
-      a->v = alloc_rows(c, f, sv, 0);
+      a->v = alloc_v(c, f, &a->k, sv);
       if (c->batch_idx) {
         d->cache_batch_idx = alloc_side(f, SDPA_DTYPE_I32, 1, sb, 0);
         perm_into((int32_t *)d->cache_batch_idx.data, c->b, bc, rng);
@@ -408,7 +452,7 @@ static void build(const dec_case *c, dec_prob *f, const case_env *env) {
     }
   }
   test_fill_normal(&a->k, rng, 1.0);
-  test_fill_normal(&a->v, rng, 1.0);
+  if (!c->latent) test_fill_normal(&a->v, rng, 1.0);
   if (!c->dense) poison_past_ends(c, f);
   if (c->snew > 0) {
     const int64_t sk[4] = {c->b, c->snew, c->hk, c->d}, sv[4] = {c->b, c->snew, c->hk, c->dv};
@@ -553,11 +597,11 @@ static void list_case(const dec_case *c) {
   }
   const int win = c->window && !c->causal;
   printf("%sCASE %s|%s|b%lld h%lld/%lld sq%lld new%lld d%lld/%lld|cache%lld page%lld bidx%d "
-         "lpad%d zero%d dense%d pad%d|rot%d/%lld|c%d w%lld,%lld cap%g al%d|splits%d sweep%d|%s\n",
+         "lpad%d zero%d dense%d lat%d pad%d|rot%d/%lld|c%d w%lld,%lld cap%g al%d|splits%d sweep%d|%s\n",
          c->small ? "small " : "", c->name, sdpa_dtype_string(c->dt), (long long)c->b,
          (long long)c->h, (long long)c->hk, (long long)c->sq, (long long)c->snew, (long long)c->d,
          (long long)c->dv, (long long)c->s_cache, (long long)c->page, c->batch_idx, c->leftpad,
-         c->zero_seqlen, c->dense, c->padded, c->rotary, (long long)(c->rotary ? c->rotary_dim : 0),
+         c->zero_seqlen, c->dense, c->latent, c->padded, c->rotary, (long long)(c->rotary ? c->rotary_dim : 0),
          c->causal, (long long)(win ? c->wl : -1), (long long)(win ? c->wr : -1),
          (double)c->softcap, c->alibi, c->splits, c->sweep, kind_names[c->kind]);
 }
@@ -642,7 +686,8 @@ static void run_check(const case_env *env, dec_cuda_fn cuda, const dec_case *c, 
     if (c->snew > 0)
       check_cache(c, d, &f->bufs, k0, v0, case_label(what, sizeof what, c->name, backend, both, ""));
     check_padding(case_label(what, sizeof what, c->name, backend, both, "k cache"), &d->attn.k);
-    check_padding(case_label(what, sizeof what, c->name, backend, both, "v cache"), &d->attn.v);
+    if (!c->latent) /* a latent v's rows go on with k's columns */
+      check_padding(case_label(what, sizeof what, c->name, backend, both, "v cache"), &d->attn.v);
     if (backend == ON_CPU && both) {
       cpu_out = case_doubles(&d->out);
       cpu_k = buf_copy(&f->bufs, &d->attn.k, &ik);

@@ -44,6 +44,9 @@ typedef struct dec_case {
   int leftpad;     /* contiguous: cache_leftpad in [0, cache_seqlens[b]] (rows before it NaN) */
   int zero_seqlen; /* sequence 0 starts with an empty cache */
   int dense;       /* no cache: dense k / v [b, s_cache, hk, d] */
+  int latent;      /* v is k's first dv columns (MLA's latent cache: a view, k's strides) */
+  const char *hopper_row; /* CUDA: the row the call must select on an sm_90 device whose
+                             build has it (NULL: any) */
   int padded;      /* rows of d elements padded to a multiple of 8 (NaN padding) */
   int rotary;      /* 0 off, 1 interleaved, 2 half-split */
   int64_t rotary_dim;

@@ -170,6 +170,11 @@ static int cuda_decode(const dec_case *c, const sdpa_fwd_desc *host, case_bufs *
     TEST_EXPECT(st == SDPA_OK && strstr(buf, want) != NULL, "explain: expected %s: %s",
                 c->explain_row, sdpa_last_error());
   } else {
+    if (c->hopper_row) { /* the case is there for that row: it must be the one selected */
+      char buf[4096];
+      const sdpa_status est = sdpa_explain_fwd(&dev, buf, sizeof buf);
+      gpu_expect_hopper_row(c->name, est, buf, c->hopper_row, 1);
+    }
     void *ws = c->kind == DEC_GRAPH_WS ? with_workspace(c, &dev, host, b) : NULL;
     const int graph = c->kind == DEC_GRAPH || c->kind == DEC_GRAPH_WS;
     const sdpa_status st =

@@ -82,6 +82,7 @@
 /* ---- geometry ---------------------------------------------------------------- */
 enum {
   HD = SDPA_HDIM,
+  PART_COLS = HD, /* floats of a partial row (decode_combine.cuh) */
   BM = SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
   NWARPS = SDPA_WARPS,
@@ -549,31 +550,6 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_decode_param
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "%s: kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
-                     cudaGetErrorString(e));
-  return SDPA_OK;
-}
-
-/* The combine, as the attention kernel's programmatic dependent where its
- * code holds the wait (sdpa_cuda_waits_for_grid), plainly elsewhere. */
-static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine)(const sdpa_decode_params *prm,
-                                                                unsigned grid, cudaStream_t stream) {
-  static unsigned char waits[SDPA_MAX_DEVICES]; /* per device: sdpa_cuda_waits_for_grid's answer */
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(CB_THREADS);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = sdpa_cuda_waits_for_grid((const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine), waits);
-  void *args[1] = {(void *)prm};
-  cudaError_t e = cudaLaunchKernelExC(&cfg, (const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine), args);
-  if (e == cudaSuccess) e = cudaGetLastError();
-  if (e != cudaSuccess)
-    return sdpa_fail(SDPA_ERR_CUDA, "%s: combine kernel launch failed: %s", SDPA_STR(SDPA_KERNEL_NAME),
                      cudaGetErrorString(e));
   return SDPA_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * decode_combine.cuh - the combine of a split-KV decoding call: one
- * instance's second kernel (a fragment of decode_body.cuh, which gives it
- * HD and the dtype; no include guard: one instance a translation unit).
+ * instance's second kernel (a fragment of decode_body.cuh and
+ * decode_mla_body.cuh, which give it PART_COLS, the floats of a partial
+ * row, and the dtype; no include guard: one instance a translation unit).
  * It merges the splits' partial (out, lse) of each query row exactly:
  *   lse = log2 sum_k 2^lse_k,  out = sum_k 2^(lse_k - lse) out_k,
  * with the attention kernel's conventions for the partials (base-2 lse,
@@ -10,8 +11,8 @@
  *
  * Launched as the attention kernel's programmatic dependent on sm_90: its
  * blocks are resident and their addresses worked out before the partials
- * exist (griddep_wait). After the wait a block of 128 threads (96 at HD
- * 192) merges one row: thread (slice, c) owns columns 4c .. 4c + 3 of the
+ * exist (griddep_wait). After the wait a block of 128 threads (96 at 192
+ * columns) merges one row: thread (slice, c) owns columns 4c .. 4c + 3 of the
  * parts k = slice,
  * slice + SLICES, ..., issues all its loads of a round together and merges
  * them online; the slices meet in shared memory. Its own kernel, not
@@ -20,9 +21,9 @@
  */
 
 enum {
-  CB_C4 = HD / 4,               /* 4-column groups of a partial row */
-  CB_SLICES = 128 / CB_C4,      /* parts are dealt to this many slices (2 at HD 192) */
-  CB_THREADS = CB_SLICES * CB_C4, /* 128 but at HD 192 (96) */
+  CB_C4 = PART_COLS / 4,        /* 4-column groups of a partial row */
+  CB_SLICES = 128 / CB_C4,      /* parts are dealt to this many slices (2 at 192 columns) */
+  CB_THREADS = CB_SLICES * CB_C4, /* 128 but at 192 columns (96) */
   CB_ROUND = 8                  /* parts a thread loads at once */
 };
 static_assert(CB_SLICES >= 1, "a row's column groups fit a block");
@@ -33,14 +34,14 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
   __shared__ float s_m[CB_SLICES], s_s[CB_SLICES];
   const sdpa_problem *p = &prm.p;
   const int tid = threadIdx.x, slice = tid / CB_C4, c4 = tid % CB_C4;
-  const int n = (int)prm.splits.d, d = (int)p->d;
+  const int n = (int)prm.splits.d, d = (int)p->d_v;
   const int64_t per_split = p->b * p->s_q * p->h; /* partial rows a split */
   const int64_t r = blockIdx.x;                   /* row (b, i, hh) of [b, s_q, h] */
   const int hh = (int)(r % p->h), i = (int)(r / p->h % p->s_q), b = (int)(r / p->h / p->s_q);
   const int cols = c4 * 4 < d; /* columns past d were never written */
-  const float *xp = prm.part_out + (slice * per_split + r) * HD + c4 * 4;
+  const float *xp = prm.part_out + (slice * per_split + r) * PART_COLS + c4 * 4;
   const float *lp = prm.part_lse + slice * per_split + r;
-  const int64_t x_step = CB_SLICES * per_split * HD, l_step = CB_SLICES * per_split;
+  const int64_t x_step = CB_SLICES * per_split * PART_COLS, l_step = CB_SLICES * per_split;
   griddep_wait(); /* the partials are the attention kernel's output */
 
   float m = -INFINITY, s = 0.f;
@@ -84,4 +85,14 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
   }
   if (p->lse && c4 == 0)
     p->lse[sdpa_lse_offset(p, b, i, hh)] = s > 0.f ? (m + log2f(s)) * SDPA_LN2 : INFINITY;
+}
+
+/* The combine, as the attention kernel's programmatic dependent where its
+ * code holds the wait (sdpa_cuda_waits_for_grid), plainly elsewhere. */
+static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch_combine)(const sdpa_decode_params *prm,
+                                                                unsigned grid, cudaStream_t stream) {
+  static unsigned char waits[SDPA_MAX_DEVICES]; /* per device: sdpa_cuda_waits_for_grid's answer */
+  return sdpa_decode_launch_combine((const void *)SDPA_PASTE(SDPA_KERNEL_NAME, _combine),
+                                    (int)CB_THREADS, waits, prm, grid, stream,
+                                    SDPA_STR(SDPA_KERNEL_NAME));
 }

@@ -245,9 +245,9 @@ __device__ __forceinline__ void sdpa_merge_slices(int nslices, const float *sm, 
 /* What an instance tells the planner about itself. */
 typedef struct sdpa_decode_shape {
   const char *name;
-  int hd;            /* head-dim bucket: partial rows are hd floats */
+  int hd;            /* floats of a partial row: the head-dim bucket (d_v's in an MLA row) */
   int block_m;       /* packed query rows per block */
-  int warps;
+  int warps;         /* 16-key tiles a block streams at once (its warps' one each) */
   int blocks_per_sm; /* occupancy of the instance's kernel */
 } sdpa_decode_shape;
 
@@ -263,6 +263,12 @@ int sdpa_decode_wants_wide(const sdpa_problem *p, const sdpa_decode_shape *sh);
  * SM), or 0: the _lean row plans its own */
 int sdpa_decode_lean_splits(const sdpa_problem *p, const sdpa_decode_shape *sh, int lean_bps);
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh);
+/* an instance's combine kernel (threads a block; waits[SDPA_MAX_DEVICES] its
+ * sdpa_cuda_waits_for_grid cache) on grid rows, as the attention kernel's
+ * programmatic dependent where its code holds the wait */
+sdpa_status sdpa_decode_launch_combine(const void *kernel, int threads, unsigned char *waits,
+                                       const sdpa_decode_params *prm, unsigned grid,
+                                       cudaStream_t stream, const char *name);
 /* launch: the attention kernel (grid = its blocks); combine: with more than
  * one split, the combine (grid = b * s_q * h rows) after it */
 sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *sh,

@@ -9,6 +9,8 @@
  * in a CUDA graph; without a caller workspace the partials live in a
  * stream-ordered allocation (sdpa_cuda_ws_acquire / sdpa_cuda_ws_release).
  */
+#include <string.h>
+
 #include <cuda_runtime.h>
 
 #include "error.h"
@@ -139,6 +141,29 @@ static size_t workspace_bytes(const sdpa_problem *p, const sdpa_decode_shape *sh
 
 size_t sdpa_decode_workspace(const sdpa_problem *p, const sdpa_decode_shape *sh) {
   return workspace_bytes(p, sh, sdpa_decode_num_splits(p, sh));
+}
+
+sdpa_status sdpa_decode_launch_combine(const void *kernel, int threads, unsigned char *waits,
+                                       const sdpa_decode_params *prm, unsigned grid,
+                                       cudaStream_t stream, const char *name) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = sdpa_cuda_waits_for_grid(kernel, waits);
+  void *args[1] = {(void *)prm};
+  cudaError_t e = cudaLaunchKernelExC(&cfg, kernel, args);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    return sdpa_fail(SDPA_ERR_CUDA, "%s: combine kernel launch failed: %s", name,
+                     cudaGetErrorString(e));
+  return SDPA_OK;
 }
 
 sdpa_status sdpa_decode_execute(const sdpa_problem *p, const sdpa_decode_shape *sh,
