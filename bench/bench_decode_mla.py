@@ -10,8 +10,9 @@ once (b s_k 576 2) plus q and out, and sdpa's fraction of it. BW and PEAK:
 on an H200 the issue's 4.0 TB/s and 790 TFLOP/s; elsewhere the copy rate
 and the bf16 matmul rate measured in the same run (both are recorded).
 References where they run the shape: torch SDPA's EFFICIENT backend on the
-same cache made contiguous (torch has no pages), and sdpa's SIMT row (the
-path this shape took before the MLA row) on the smallest cells.
+same cache made contiguous (torch has no pages) and expanded to the 128
+heads (its fused kernels take no GQA at d_qk != d_v), and sdpa's SIMT row
+(the path this shape took before the MLA row) on the smallest cells.
 Writes bench/results/<date>-<gpu>-decode_mla.json (op "decode_mla").
 
   python3 bench/bench_decode_mla.py [--batches 8,32,128] [--lens 1024,4096,16384,32768]
@@ -88,12 +89,13 @@ def bench_one(b, L, bw_tbs, peak_tflops):
                                     kernel="fwd_simt")
         rec["sdpa_simt"] = tflops(try_ms(simt, roof_ms * 200, "sdpa simt"))
         rec["max_abs_diff_vs_simt"] = (out2.float() - ref).abs().max().item()
-    # torch: the same cache, contiguous per sequence, k [b, 1, L, 576], v its first 512 columns
-    kc = kp[bt.view(-1).long()].view(b, L, H_K, D).transpose(1, 2)
+    # torch: the same cache, contiguous per sequence, k [b, 1, L, 576] expanded to the
+    # query heads (a stride-0 view), v its first 512 columns
+    kc = kp[bt.view(-1).long()].view(b, L, H_K, D).transpose(1, 2).expand(b, H, L, D)
     qt = q.transpose(1, 2)
     def run_eff():
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            return F.scaled_dot_product_attention(qt, kc, kc[..., :DV], enable_gqa=True)
+            return F.scaled_dot_product_attention(qt, kc, kc[..., :DV])
     rec["torch_efficient"] = tflops(try_ms(run_eff, roof_ms * 10, "torch efficient"))
     if rec["torch_efficient"] is not None:
         rec["max_abs_diff_vs_torch_efficient"] = (

@@ -161,7 +161,7 @@ static void build_table(void) {
    * 128 heads in two blocks of 64, fewer heads in one block of padding rows,
    * pages of 64 / 32 / 16 (a copy box a page piece), contiguous with
    * cache_batch_idx and leftpad, s_q 2 causal, GQA 2, a window, d 520 /
-   * d_v 500 (columns past them zeros), dense k */
+   * d_v 496 (columns past them zeros), dense k */
   ADD(.name = "MLA paged 64, 128 heads", .on = ON_BOTH, .dt = BF16, .b = 3, .h = 128, .hk = 1,
       .sq = 1, .d = 576, .dv = 512, .s_cache = 700, .page = 64, .latent = 1, .zero_seqlen = 1,
       .hopper_row = "decode_sm90_bf16_hd576_dv512");
@@ -177,8 +177,8 @@ static void build_table(void) {
   ADD(.name = "MLA paged 32, GQA 2, window", .on = ON_BOTH, .dt = F16, .b = 2, .h = 64, .hk = 2,
       .sq = 3, .d = 576, .dv = 512, .s_cache = 500, .page = 32, .latent = 1, .window = 1,
       .wl = 150, .wr = 0, .hopper_row = "decode_sm90_f16_hd576_dv512");
-  ADD(.name = "MLA d 520 / d_v 500, 3 splits", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 24,
-      .hk = 1, .sq = 1, .d = 520, .dv = 500, .s_cache = 400, .page = 64, .latent = 1,
+  ADD(.name = "MLA d 520 / d_v 496, 3 splits", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 24,
+      .hk = 1, .sq = 1, .d = 520, .dv = 496, .s_cache = 400, .page = 64, .latent = 1,
       .splits = 3, .hopper_row = "decode_sm90_bf16_hd576_dv512");
   ADD(.name = "MLA dense k, s_q 4 causal", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1,
       .sq = 4, .d = 576, .dv = 512, .s_cache = 300, .dense = 1, .latent = 1, .causal = 1,
