@@ -38,7 +38,8 @@ OUTPUT = os.path.join(ROOT, "docs", "performance.md")
 
 # ---- operation kinds ---------------------------------------------------------------------
 
-KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "f32_bias", "hdim", "mla", "decode", "cpu", "train", "upstream",
+KIND_ORDER = ["fwd", "bwd", "dropout", "bias", "f32", "f32_bias", "hdim", "mla", "decode", "decode_mla",
+              "cpu", "train", "upstream",
               "ring"]
 
 KIND_TITLES = {
@@ -48,6 +49,7 @@ KIND_TITLES = {
     "bias": "Full bias (forward, and backward with dbias)",
     "f32": "fp32 (forward and backward)",
     "decode": "Decoding (KV cache, split-KV)",
+    "decode_mla": "MLA decoding (d_qk 576, d_v 512, the latent cache)",
     "cpu": "CPU forward",
     "train": "End-to-end training check (tests/python/train_gpt.py)",
     "upstream": "Upstream test suites (FlashAttention 2.6.3, xformers 0.0.28)",
@@ -73,6 +75,13 @@ KIND_NOTES = {
               "`paged` is the page size (0: contiguous; torch runs contiguous only). Eager "
               "columns time back-to-back calls (host cost included); graph columns time "
               "CUDA-graph replays of one call (device time only).",
+    "decode_mla": "bf16, 128 query heads on one kv head, s_q 1, a cache paged in pages of 64 "
+                  "whose v is k's first 512 columns; CUDA-graph replays (device time). "
+                  "`roofline`: max(bytes / BW, FLOPs / PEAK) as a rate (bytes: the cache read "
+                  "once, q and out; on an H200 BW 4.0 TB/s, PEAK 790 TFLOP/s), "
+                  "`sdpa_vs_roofline` sdpa's fraction of it. torch EFFICIENT runs the cache "
+                  "contiguous and expanded to the 128 heads; `sdpa_simt` is sdpa's SIMT row "
+                  "(the path before the MLA row) on the smaller cells.",
     "cpu": "sdpa's CPU backend against torch's CPU scaled_dot_product_attention, same thread "
            "count, one process.",
     "train": "A 4-layer GPT trained twice from the same initialisation on the same data: "
@@ -104,12 +113,13 @@ KIND_NOTES = {
 KIND_UNITS = {"fwd": "TFLOP/s", "bwd": "TFLOP/s", "dropout": "TFLOP/s", "bias": "TFLOP/s",
               "f32": "TFLOP/s", "decode": "GB/s of K/V read", "cpu": "GFLOP/s",
               "ring": "TFLOP/s", "dbias_bcast": "TFLOP/s", "hdim": "TFLOP/s", "mla": "TFLOP/s",
-              "f32_bias": "TFLOP/s"}
+              "f32_bias": "TFLOP/s", "decode_mla": "TFLOP/s"}
 
 OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
            "fwd_f32": "f32", "bwd_f32": "f32", "decode": "decode", "ring_fwd": "ring",
            "ring_bwd": "ring", "dbias_full": "dbias_bcast", "dbias_bcast": "dbias_bcast",
-           "fwd_bias_f32": "f32_bias", "bwd_bias_f32": "f32_bias", "fwd_hdim": "hdim", "bwd_hdim": "hdim", "fwd_mla": "mla", "bwd_mla": "mla"}
+           "fwd_bias_f32": "f32_bias", "bwd_bias_f32": "f32_bias", "fwd_hdim": "hdim", "bwd_hdim": "hdim", "fwd_mla": "mla", "bwd_mla": "mla",
+           "decode_mla": "decode_mla"}
 
 # The command that reproduces each kind, from the repository root on a machine with the
 # library built (sdpa finds build/libsdpa.so, or set SDPA_LIBRARY=/path/to/libsdpa.so) and
@@ -128,6 +138,7 @@ COMMANDS = {
     "f32_bias": "python3 bench/bench.py --f32-bias{ops_flag}",
     "hdim": "python3 bench/bench.py --hdim",
     "mla": "python3 bench/bench.py --mla",
+    "decode_mla": "python3 bench/bench_decode_mla.py{mla_flags}",
     "train": "python3 tests/python/train_gpt.py {train_flags} --json {path}",
     "upstream": "for s in {seeds}; do KIT_SEED=$s OUT=/tmp/upstream-$s "
                 "SDPA_LIBRARY=$PWD/build-gpu/libsdpa.so bash .upstream/run.sh .; done; "
@@ -336,6 +347,12 @@ def command_for(kind, f):
             if ls != [4096, 16384, 65536, 131072]:
                 flags += " --lens " + ",".join(map(str, ls))
         v["decode_flags"] = flags
+    elif kind == "decode_mla":
+        bs = sorted({r["b"] for r in recs})
+        ls = sorted({r["s_k"] for r in recs})
+        v["mla_flags"] = ("" if bs == [8, 32, 128] else " --batches " + ",".join(map(str, bs))) + \
+                         ("" if ls == [1024, 4096, 16384, 32768] else
+                          " --lens " + ",".join(map(str, ls)))
     elif kind == "ring":
         v["world"] = recs[0].get("world", 4)
     elif kind == "cpu":
