@@ -15,35 +15,24 @@
  * combine (decode_combine.cuh), and extern "C" SDPA_KERNEL_NAME##_run,
  * _refuse and _workspace.
  *
- * Structure (docs/design.md §6, MLA decoding): block = (batch, kv head, key
+ * Structure (docs/design.md §6, decoding): block = (batch, kv head, key
  * split, query block), its rows the query rows of the kv head's h / h_k
  * heads packed as in decode_body.cuh (row r = i * group + head), so a key
  * tile read serves 64 heads. Q goes to shared memory once (the consumers'
- * plain loads: any group and s_q); its last 64-column block then moves to
- * registers, and its shared memory holds a P tile. The producer's thread 0
- * copies the split's key tiles (64 rows x HD columns: nine 64-column boxes,
- * a box per page piece where pages are shorter than a tile) into a
- * two-stage ring. V is the same tile: the row takes only a v that is k's first d_v
- * columns (the latent cache), so a tile is read once for both products.
- *
- * A 64 x 512 fp32 O does not fit one warpgroup's registers: consumer
- * warpgroup 0 owns O's columns 0-255 (O_L), warpgroup 1 columns 256-511
- * (O_R). The tiles go in pairs, the first to warpgroup 0, the second to 1,
- * and each computes S = Q K^T of its own tile only (the "seesaw" schedule
- * FlashMLA's notes describe): with a running max m shared through shared
- * memory,
- *   0: m0 = max(m, rowmax S0), c0 = 2^(m - m0); P0 = 2^(S0 - m0);
- *      O_L = O_L c0 + P0 V0[:, L]
- *   1: m1 = max(m0, rowmax S1), c1 = 2^(m0 - m1); P1 = 2^(S1 - m1);
- *      O_R = O_R c0 c1 + P1 V1[:, R] + (P0 c1) V0[:, R]
- *   0: O_L = O_L c1 + P1 V1[:, L]
- * (P0 c1 and P1 cross through shared memory; each warpgroup's row sums l
- * follow the same factors and add at the end). Each Q K^T runs under the
- * other warpgroup's softmax and products; named barriers carry the factors
- * and the P tiles between the two (mla_pair0 / mla_pair1 say which). One
+ * plain loads: any group and s_q). The producer's thread 0 copies the
+ * split's key tiles (64 rows x HD columns, nine 64-column boxes; a box per
+ * page piece where pages are shorter than a tile) into a two-stage ring.
+ * V is the same tile: the row takes only a v that is k's first d_v columns
+ * (the latent cache), so a tile is read once for both products. Each
+ * consumer warpgroup computes all of S = Q K^T (m64n64, both operands from
+ * shared memory) and accumulates half of O's columns (O += P V, m64n256, P
+ * from registers): a 64 x 512 fp32 O does not fit one warpgroup's
+ * registers, and with S computed twice neither warpgroup waits for the
+ * other's scores. The warpgroups take turns at the tensor cores (as the
+ * Hopper forward's) so one's softmax runs under the other's products. One
  * split writes out and lse; several write fp32 partials for the combine.
- * Key rows past the sequence's end that the copy reads are zeroed in shared
- * memory by the tile's owner before any product reads it (0 * NaN is NaN).
+ * Key rows past the sequence's end that the copy reads are zeroed in
+ * shared memory before any product reads the tile (0 * NaN is NaN).
  */
 #include <math.h>
 #include <stdint.h>
@@ -59,7 +48,7 @@
 #include "cuda/fwd/fwd_common.cuh"
 #include "cuda/ptx/ptx_bar.cuh"
 #include "cuda/ptx/ptx_griddep.cuh"
-#include "cuda/ptx/ptx_ldmatrix.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
 #include "cuda/ptx/ptx_mma.cuh"
 #include "cuda/ptx/ptx_tma.cuh"
 #include "cuda/ptx/ptx_wgmma.cuh"
@@ -74,10 +63,8 @@
 #define DEC_PACK pack_f16x2
 #define MLA_TY f16
 #endif
-#define MLA_WG_QK SDPA_PASTE(wgmma_ss_m64n64_, MLA_TY)    /* Q from shared memory */
-#define MLA_WG_QK_R SDPA_PASTE(wgmma_rsk_m64n64_, MLA_TY) /* Q's last block from registers */
-#define MLA_WG_PV_R SDPA_PASTE(wgmma_rs_m64n256_, MLA_TY) /* P from registers */
-#define MLA_WG_PV_S SDPA_PASTE(wgmma_sst_m64n256_, MLA_TY) /* P from shared memory */
+#define MLA_WG_QK SDPA_PASTE(wgmma_ss_m64n64_, MLA_TY)
+#define MLA_WG_PV SDPA_PASTE(wgmma_rs_m64n256_, MLA_TY)
 
 /* setmaxnreg's split: 128 P + 256 C <= 65536, multiples of 8 */
 #define MLA_REG_P 40
@@ -93,37 +80,30 @@ enum {
   NWG = 2,         /* consumer warpgroups */
   CTHREADS = 128 * NWG,
   NCB = HD / 64,   /* 64-column blocks of a Q or K tile */
-  STAGES = 2,      /* a pair of tiles */
-  NT = BN / 8,     /* n8 tiles of S */
+  STAGES = 2,
+  MT = 1,          /* fwd_softmax.cuh's geometry: one m16 tile a warp */
+  NT = BN / 8,
   DT = DV / NWG / 8, /* n8 tiles of a warpgroup's half of O */
+  KSQ = HD / 16,   /* k16 steps of Q K^T */
   PS = BN / 16,    /* k16 steps of P V */
   ROWB = 128,      /* bytes of a swizzled row */
   TILE_Q = BM * HD * 2,
   TILE_K = BN * HD * 2,
-  TILE_P = BM * BN * 2,
   OFF_K = TILE_Q,
-  OFF_P0 = OFF_K + STAGES * TILE_K,  /* warpgroup 0's P (times c1) */
-  OFF_P1 = (NCB - 1) * BM * ROWB,    /* warpgroup 1's P: Q's last block once in registers */
-  OFF_ROWS = OFF_P0 + TILE_P,        /* per row: m, c0, c1, then l of each warpgroup */
-  OFF_BAR = OFF_ROWS + 5 * BM * 4,
-  SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024, /* barriers; slack to align to 1024 */
+  OFF_BAR = OFF_K + STAGES * TILE_K,
+  SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024, /* full and empty barriers; slack to align to 1024 */
   Q_CHUNKS = BM * HD / 8 / CTHREADS, /* 16-byte chunks of Q a consumer thread loads */
-  /* named barriers: Q stored (and the final l), c0 out, c1 out, P0 out, P1
-   * out, then a tile tail's (per warpgroup) */
-  BAR_Q = 1,
-  BAR_C0 = 2,
-  BAR_C1 = 3,
-  BAR_P0 = 4,
-  BAR_P1 = 5,
-  BAR_TAIL = 6
+  BAR_Q = 1,       /* named barriers: Q stored, a tile's tail zeroed, the turns */
+  BAR_TAIL = 2,
+  TURN_BAR = 3
 };
 
 static_assert(HD % 64 == 0 && DV == 512 && DV <= HD, "Q / K blocks of 64 columns, O 2 x 256");
 static_assert(BM == 64 && BN == 64 && NTHREADS == 384, "64 rows, 64 keys, 3 warpgroups");
-static_assert(TILE_P == BM * ROWB, "a P tile is one 64-column block of Q");
 static_assert((BM * HD / 8) % CTHREADS == 0, "Q's chunks spread evenly over the consumers");
-static_assert(OFF_P0 % 1024 == 0, "P tiles 1024-byte aligned");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
+
+#include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
 
 /* Passed by value (__grid_constant__: the copy engine reads the map in place). */
 typedef struct sdpa_mla_params {
@@ -131,7 +111,6 @@ typedef struct sdpa_mla_params {
   sdpa_decode_params d;
 } sdpa_mla_params;
 
-/* mbarriers: full and empty per stage */
 __device__ __forceinline__ uint32_t bar_kfull(uint32_t bars, int s) { return bars + 8 * s; }
 __device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) {
   return bars + 8 * (STAGES + s);
@@ -169,11 +148,6 @@ __device__ __forceinline__ void mla_produce(const sdpa_mla_params *prm, uint32_t
   }
 }
 
-/* Stage s's tile landed (its pair's phase ph). */
-__device__ __forceinline__ void mla_wait_tile(uint32_t bars, int s, uint32_t ph) {
-  mbar_wait(bar_kfull(bars, s), ph);
-}
-
 /* 16-byte chunk c of packed query row `row` (zeros past the rows or d). */
 __device__ __forceinline__ uint4 mla_q_chunk(const sdpa_decode_params *prm, int b, int hk,
                                              int row, int c) {
@@ -195,260 +169,31 @@ __device__ __forceinline__ uint4 mla_q_chunk(const sdpa_decode_params *prm, int 
   return v;
 }
 
-/* Key rows [valid, BN) of the tile at st (stage s, landed: phase ph)
- * zeroed by its owner warpgroup (cw; wtid its thread), ordered before any
- * product reads the tile (the other warpgroup reads it only after this
- * one's P barrier). */
-__device__ __forceinline__ void mla_zero_tail(uint32_t st, uint32_t bars, int s, uint32_t ph,
-                                              int valid, int cw, int wtid) {
-  mla_wait_tile(bars, s, ph);
-  for (int idx = wtid; idx < NCB * BN * 8; idx += 128) {
+/* Key rows [valid, BN) of the tile at st zeroed by every consumer thread,
+ * ordered before either warpgroup's products read it. */
+__device__ __forceinline__ void mla_zero_tail(uint32_t st, int valid, int ctid) {
+  for (int idx = ctid; idx < NCB * BN * 8; idx += CTHREADS) {
     const int r = idx / 8 % BN;
     if (r >= valid)
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(st + idx * 16), "r"(0)
                    : "memory");
   }
   fence_proxy_async();
-  bar_sync_named(BAR_TAIL + cw, 128);
-}
-
-/* What a consumer thread keeps across the key tiles. */
-typedef struct mla_rows {
-  int r[2];            /* its rows in the block (g, g + 8 of its warp's 16) */
-  int lo[2], hi[2];    /* their visible keys */
-  int lo_all, hi_all;  /* tiles inside [lo_all, hi_all) are visible to every row */
-  float xm;            /* scale * log2(e): scores to the exp2 domain */
-  int t;               /* lane % 4 */
-  int wtid;            /* the thread inside its warpgroup */
-} mla_rows;
-
-/* S = Q K^T of the tile at `tile` (landed: mla_wait_tile before); Q's last
- * block from registers (rq). (A wait between the products, per column
- * block, made ptxas serialize them: C7519 / C7520.) */
-__device__ __forceinline__ void mla_qk(float (*sc)[4], uint32_t base, uint32_t tile,
-                                       const uint32_t (*rq)[4]) {
-  wg_fence();
-#pragma unroll
-  for (int cb = 0; cb < NCB - 1; ++cb) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      MLA_WG_QK(sc, wg_desc(base + cb * BM * ROWB + kk * 32, 16, 1024),
-                wg_desc(tile + cb * BN * ROWB + kk * 32, 16, 1024), cb + kk > 0);
-  }
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    MLA_WG_QK_R(sc, rq[kk], wg_desc(tile + (NCB - 1) * BN * ROWB + kk * 32, 16, 1024), 1);
-  wg_commit();
-}
-
-/* Once S of the tile at key j0 is in sc: the scores in the exp2 domain,
- * -inf outside each row's keys (where the tile is not visible to every
- * row), and each row's max over the tile into mp. */
-__device__ __forceinline__ void mla_scores(float (*sc)[4], const mla_rows *rw, int j0,
-                                           float *mp) {
-  wg_wait0();
-  wg_fence_acc(sc, NT);
-  const int full = j0 >= rw->lo_all && j0 + BN <= rw->hi_all;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int j = j0 + nt * 8 + 2 * rw->t + (e & 1), hf = e >> 1;
-      const float x = sc[nt][e] * rw->xm;
-      sc[nt][e] = full || (j >= rw->lo[hf] && j < rw->hi[hf]) ? x : -INFINITY;
-    }
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(sc[nt][2 * hf], sc[nt][2 * hf + 1]));
-    mp[hf] = quad_max(m);
-  }
-}
-
-/* The running max m_old moved to m_new = max(m_old, mp): the exponent's
- * offset (0 while no key is seen) and the factor 2^(m_old - offset) (0
- * from an empty row, exactly 1 where the max stays). */
-__device__ __forceinline__ float mla_offset(float m_new) {
-  return m_new == -INFINITY ? 0.f : m_new;
-}
-
-/* P = 2^(S - off) in place; the rows' sums added to l. */
-__device__ __forceinline__ void mla_probs(float (*sc)[4], const float *off, float *l) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      sc[nt][2 * hf] = fast_exp2(sc[nt][2 * hf] - off[hf]);
-      sc[nt][2 * hf + 1] = fast_exp2(sc[nt][2 * hf + 1] - off[hf]);
-      sum += sc[nt][2 * hf] + sc[nt][2 * hf + 1];
-    }
-    l[hf] += sum;
-  }
-}
-
-/* P times each row's factor f into the swizzled P tile at pt (16-bit), for
- * the other warpgroup's product; ordered for it by the caller's barrier. */
-__device__ __forceinline__ void mla_store_p(uint32_t pt, const float (*sc)[4], const float *f,
-                                            const mla_rows *rw) {
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = rw->r[hf];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const uint32_t v = DEC_PACK(sc[nt][2 * hf] * f[hf], sc[nt][2 * hf + 1] * f[hf]);
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(pt + r * ROWB + ((nt ^ (r & 7)) << 4) +
-                                                    rw->t * 4),
-                   "r"(v)
-                   : "memory");
-    }
-  }
-  fence_proxy_async();
-}
-
-/* O (this warpgroup's half) and its row sums l times each row's factor. */
-__device__ __forceinline__ void mla_rescale(float (*o)[4], float *l, const float *f) {
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] *= f[e >> 1];
-  l[0] *= f[0];
-  l[1] *= f[1];
-}
-
-/* O += P V over a tile (V: the tile at vt, this warpgroup's 256 columns):
- * P from registers (pa) or from the P tile at pt. Issued and committed. */
-__device__ __forceinline__ void mla_pv_regs(float (*o)[4], const uint32_t (*pa)[4], uint32_t vt) {
-#pragma unroll
-  for (int ps = 0; ps < PS; ++ps) MLA_WG_PV_R(o, pa[ps], wg_desc(vt + ps * 16 * ROWB, BN * ROWB, 1024), 1);
-  wg_commit();
-}
-__device__ __forceinline__ void mla_pv_smem(float (*o)[4], uint32_t pt, uint32_t vt) {
-#pragma unroll
-  for (int ps = 0; ps < PS; ++ps)
-    MLA_WG_PV_S(o, wg_desc(pt + ps * 32, 16, 1024), wg_desc(vt + ps * 16 * ROWB, BN * ROWB, 1024),
-                1);
-  wg_commit();
-}
-
-/* Warpgroup 0's part of a pair (pair phase ph): its tile (key j0) in stage
- * 0, warpgroup 1's in stage 1 when has1; srows: each row's m, c0, c1
- * (shared memory). */
-__device__ __forceinline__ void mla_pair0(float (*o)[4], float *l, uint32_t base,
-                                          const uint32_t (*rq)[4], const mla_rows *rw,
-                                          float *srows, int j0, int sk, int has1, uint32_t ph,
-                                          int lane) {
-  const uint32_t bars = base + OFF_BAR, t0 = base + OFF_K, t1 = t0 + TILE_K;
-  if (sk - j0 < BN) mla_zero_tail(t0, bars, 0, ph, sk - j0, 0, rw->wtid);
-  float sc[NT][4], mp[2], off[2], c0[2], c1[2];
-  mla_wait_tile(bars, 0, ph);
-  mla_qk(sc, base, t0, rq);
-  mla_scores(sc, rw, j0, mp);
-  const float m_old[2] = {srows[rw->r[0]], srows[rw->r[1]]};
-  __syncwarp(); /* every lane has read m before lane t = 0 writes it */
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const float m_new = fmaxf(m_old[hf], mp[hf]);
-    off[hf] = mla_offset(m_new);
-    c0[hf] = fast_exp2(m_old[hf] - off[hf]);
-    if (rw->t == 0) {
-      srows[rw->r[hf]] = m_new;
-      srows[BM + rw->r[hf]] = c0[hf];
-    }
-  }
-  bar_arrive_named(BAR_C0, CTHREADS);
-  mla_rescale(o, l, c0);
-  mla_probs(sc, off, l);
-  uint32_t pa[PS][4];
-#pragma unroll
-  for (int ps = 0; ps < PS; ++ps) pack_a_frag(pa[ps], sc + 2 * ps, SDPA_FWD_IS_BF16);
-  wg_fence_acc(o, DT);
-  wg_fence();
-  mla_pv_regs(o, pa, t0); /* O_L += P0 V0[:, L] */
-  bar_sync_named(BAR_C1, CTHREADS);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) c1[hf] = srows[2 * BM + rw->r[hf]];
-  mla_store_p(base + OFF_P0, sc, c1, rw); /* P0 c1, for O_R */
-  bar_arrive_named(BAR_P0, CTHREADS);
-  wg_wait0();
-  wg_fence_acc(o, DT);
-  if (lane == 0) mbar_arrive(bar_kempty(bars, 0)); /* stage 0 done here */
-  mla_rescale(o, l, c1);
-  /* O_L += P1 V1[:, L]; without a second tile P1 is 0 (times tile 0's V):
-   * no product sits in a branch (ptxas would serialize them) */
-  bar_sync_named(BAR_P1, CTHREADS);
-  mla_wait_tile(bars, has1, ph);
-  wg_fence();
-  mla_pv_smem(o, base + OFF_P1, has1 ? t1 : t0);
-  wg_wait0();
-  wg_fence_acc(o, DT);
-  if (has1 && lane == 0) mbar_arrive(bar_kempty(bars, 1));
-}
-
-/* Warpgroup 1's part of a pair: its tile (key j1) in stage 1 when has1,
- * warpgroup 0's in stage 0. Without a tile of its own it runs the same
- * products on tile 0 with every score masked (P1 = 0, c1 = 1): no product
- * sits in a branch. */
-__device__ __forceinline__ void mla_pair1(float (*o)[4], float *l, uint32_t base,
-                                          const uint32_t (*rq)[4], const mla_rows *rw,
-                                          float *srows, int j1, int sk, int has1, uint32_t ph,
-                                          int lane) {
-  const uint32_t bars = base + OFF_BAR, t0 = base + OFF_K, t1 = has1 ? t0 + TILE_K : t0;
-  float sc[NT][4], mp[2], off[2], c0[2], c1[2];
-  if (has1 && sk - j1 < BN) mla_zero_tail(t1, bars, 1, ph, sk - j1, 1, rw->wtid);
-  mla_wait_tile(bars, has1, ph);
-  mla_qk(sc, base, t1, rq);
-  mla_scores(sc, rw, has1 ? j1 : -2 * BN, mp); /* (its wait retires the last pair's products) */
-  bar_sync_named(BAR_C0, CTHREADS);
-  const float m0[2] = {srows[rw->r[0]], srows[rw->r[1]]};
-  __syncwarp(); /* every lane has read m before lane t = 0 writes it */
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const float m_new = fmaxf(m0[hf], mp[hf]);
-    c0[hf] = srows[BM + rw->r[hf]];
-    off[hf] = mla_offset(m_new);
-    c1[hf] = fast_exp2(m0[hf] - off[hf]);
-    if (rw->t == 0) {
-      srows[rw->r[hf]] = m_new;
-      srows[2 * BM + rw->r[hf]] = c1[hf];
-    }
-  }
-  bar_arrive_named(BAR_C1, CTHREADS);
-  const float f[2] = {c0[0] * c1[0], c0[1] * c1[1]}, one[2] = {1.f, 1.f};
-  mla_rescale(o, l, f);
-  mla_probs(sc, off, l);
-  uint32_t pa[PS][4];
-#pragma unroll
-  for (int ps = 0; ps < PS; ++ps) pack_a_frag(pa[ps], sc + 2 * ps, SDPA_FWD_IS_BF16);
-  mla_store_p(base + OFF_P1, sc, one, rw); /* P1, for O_L */
-  bar_arrive_named(BAR_P1, CTHREADS);
-  bar_sync_named(BAR_P0, CTHREADS);
-  mla_wait_tile(bars, 0, ph);
-  wg_fence_acc(o, DT);
-  wg_fence();
-  mla_pv_smem(o, base + OFF_P0, t0 + (DV / NWG / 64) * BN * ROWB); /* O_R += P0 c1 V0[:, R] */
-  mla_pv_regs(o, pa, t1 + (DV / NWG / 64) * BN * ROWB);          /* O_R += P1 V1[:, R] */
-  wg_wait1();
-  if (lane == 0) mbar_arrive(bar_kempty(bars, 0));
-  wg_wait0();
-  wg_fence_acc(o, DT);
-  if (has1 && lane == 0) mbar_arrive(bar_kempty(bars, 1));
+  bar_sync_named(BAR_TAIL, CTHREADS);
 }
 
 /* One consumer warpgroup (cw; ctid its thread among both) over the
- * block's key tiles [ts, te): rows m0.. of (b, hk), a sequence of sk keys;
- * srows the per-row floats at OFF_ROWS. */
+ * block's key tiles [ts, te): rows m0.. of (b, hk), sequence of sk keys. */
 __device__ __forceinline__ void mla_consume(const sdpa_mla_params *prm, uint32_t base, int b,
                                             int hk, int m0, int split, int ts, int te, int sk,
-                                            int cw, int ctid, float *srows) {
+                                            int cw, int ctid) {
   const sdpa_decode_params *dp = &prm->d;
   const sdpa_problem *p = &dp->p;
-  const int lane = ctid & 31, warp = (ctid >> 5) & 3, g = lane >> 2;
+  const uint32_t bars = base + OFF_BAR;
+  const int lane = ctid & 31, warp = (ctid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int sq = (int)p->s_q, G = (int)dp->group.d, rows = dp->rows;
 
-  /* Q into its swizzled tile (every load in flight, then the stores); the
-   * running max -inf */
+  /* Q into its swizzled tile: every load in flight, then the stores */
   uint4 qv[Q_CHUNKS];
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
@@ -463,94 +208,105 @@ __device__ __forceinline__ void mla_consume(const sdpa_mla_params *prm, uint32_t
                  "r"(qv[u].y), "r"(qv[u].z), "r"(qv[u].w)
                  : "memory");
   }
-  if (ctid < BM) srows[ctid] = -INFINITY;
   fence_proxy_async();
   bar_sync_named(BAR_Q, CTHREADS);
-  /* Q's last block into registers: the A fragments of Q K^T's last four k16
-   * steps (its shared memory becomes warpgroup 1's P tile) */
-  uint32_t rq[4][4];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const int r = warp * 16 + (lane & 15), ch = 2 * kk + (lane >> 4);
-    ldmatrix_x4(rq[kk], base + OFF_P1 + r * ROWB + ((ch ^ (r & 7)) << 4));
-  }
 
-  mla_rows rw;
-  rw.t = lane & 3;
-  rw.wtid = ctid & 127;
-  rw.xm = dp->score_mul;
+  /* each lane's rows (g, g + 8 of its warp's 16): visible keys [rlo, rhi);
+   * tiles inside [lo_all, hi_all) are visible to every row of the block */
+  int rlo[2], rhi[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    rw.r[hf] = warp * 16 + hf * 8 + g;
-    const int row = m0 + rw.r[hf];
+    const int row = m0 + warp * 16 + hf * 8 + g;
     int64_t lo = 0, hi = 0;
     if (row < rows) sdpa_key_range(p, row / G, sq, sk, &lo, &hi);
-    rw.lo[hf] = (int)lo;
-    rw.hi[hf] = (int)hi;
+    rlo[hf] = (int)lo;
+    rhi[hf] = (int)hi;
   }
-  {
-    int64_t lo0, hi0, lo1, hi1;
-    sdpa_key_range(p, m0 / G, sq, sk, &lo0, &hi0);
-    sdpa_key_range(p, (min(m0 + BM, rows) - 1) / G, sq, sk, &lo1, &hi1);
-    rw.lo_all = (int)lo1; /* both ends are nondecreasing in the row */
-    rw.hi_all = (int)hi0;
-  }
+  int64_t lo_all, hi_all, lo0, hi1;
+  sdpa_key_range(p, m0 / G, sq, sk, &lo0, &hi_all);
+  sdpa_key_range(p, (min(m0 + BM, rows) - 1) / G, sq, sk, &lo_all, &hi1);
 
-  float o[DT][4], l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int dt = 0; dt < DT; ++dt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
-  for (int n = ts, pp = 0; n < te; n += 2, ++pp) {
-    const int has1 = n + 1 < te;
-    const uint32_t ph = (uint32_t)pp & 1u;
-    if (cw == 0)
-      mla_pair0(o, l, base, rq, &rw, srows, n * BN, sk, has1, ph, lane);
-    else
-      mla_pair1(o, l, base, rq, &rw, srows, (n + 1) * BN, sk, has1, ph, lane);
-  }
+  float o[MT][DT][4];
+  float row_max[MT][2], row_sum[MT][2];
+  softmax_init(o, row_max, row_sum);
+  /* warpgroup 0 takes the first turn */
+  if (cw == NWG - 1 && te > ts) bar_arrive_named(TURN_BAR, CTHREADS);
+  const uint32_t vcol = cw * (DV / NWG / 64) * BN * ROWB; /* this warpgroup's V columns */
+  for (int n = ts; n < te; ++n) {
+    const int it = n - ts, s = it % STAGES, j0 = n * BN;
+    const uint32_t tile = base + OFF_K + s * TILE_K;
+    mbar_wait(bar_kfull(bars, s), (uint32_t)(it / STAGES) & 1u);
+    if (sk - j0 < BN) mla_zero_tail(tile, sk - j0, ctid);
 
-  /* the two warpgroups' row sums add (both at the final max's offset) */
-  float lq[2];
+    float sc[MT][NT][4];
+    bar_sync_named(TURN_BAR + cw, CTHREADS);
+    wg_fence();
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    lq[hf] = quad_sum(l[hf]);
-    if (rw.t == 0) srows[(3 + cw) * BM + rw.r[hf]] = lq[hf];
+    for (int ks = 0; ks < KSQ; ++ks) {
+      const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
+      MLA_WG_QK(sc[0], wg_desc(base + (ks >> 2) * BM * ROWB + koff, 16, 1024),
+                wg_desc(tile + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
+    }
+    wg_commit();
+    if (cw != NWG - 1 || n + 1 < te) bar_arrive_named(TURN_BAR + (cw + 1) % NWG, CTHREADS);
+    wg_wait0();
+    wg_fence_acc(sc[0], NT);
+    if (j0 < lo_all || j0 + BN > hi_all) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + nt * 8 + 2 * t + (e & 1), hf = e >> 1;
+          if (j < rlo[hf] || j >= rhi[hf]) sc[0][nt][e] = -INFINITY;
+        }
+    }
+    softmax_step(sc, o, row_max, row_sum, dp->score_mul);
+    uint32_t pa[PS][4];
+#pragma unroll
+    for (int ps = 0; ps < PS; ++ps) pack_a_frag(pa[ps], sc[0] + 2 * ps, SDPA_FWD_IS_BF16);
+    wg_fence_acc(o[0], DT);
+    wg_fence();
+#pragma unroll
+    for (int ps = 0; ps < PS; ++ps)
+      MLA_WG_PV(o[0], pa[ps], wg_desc(tile + vcol + ps * 16 * ROWB, BN * ROWB, 1024), 1);
+    wg_commit();
+    wg_wait0();
+    wg_fence_acc(o[0], DT);
+    if (lane == 0) mbar_arrive(bar_kempty(bars, s));
   }
-  bar_sync_named(BAR_Q, CTHREADS);
 
   /* out and lse, or this split's partial (base-2 lse, -inf for no key) */
+  float lse2[MT][2];
+  softmax_final(row_sum, lse2, row_max, dp->score_mul);
   const int c0 = cw * (DV / NWG), dv = (int)p->d_v;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int row = m0 + rw.r[hf];
+    const int row = m0 + warp * 16 + hf * 8 + g;
     if (row >= rows) continue;
     int gi;
     const int i = sdpa_divmod(row, dp->group, &gi), hh = hk * G + gi;
-    const float lt = srows[3 * BM + rw.r[hf]] + srows[4 * BM + rw.r[hf]];
-    const float inv = lt > 0.f ? 1.f / lt : 0.f;
-    const float lse2 = lt > 0.f ? mla_offset(srows[rw.r[hf]]) + log2f(lt) : INFINITY;
-    const int lead = cw == 0 && rw.t == 0;
+    const float l = row_sum[0][hf], inv = l > 0.f ? 1.f / l : 0.f;
+    const int lead = cw == 0 && t == 0;
     if (dp->splits.d == 1) {
       uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh);
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
-        const int col = c0 + dt * 8 + 2 * rw.t;
-        const float x0 = o[dt][2 * hf] * inv, x1 = o[dt][2 * hf + 1] * inv;
+        const int col = c0 + dt * 8 + 2 * t;
+        const float x0 = o[0][dt][2 * hf] * inv, x1 = o[0][dt][2 * hf + 1] * inv;
         if (col + 1 < dv)
           *(uint32_t *)(dst + col) = DEC_PACK(x0, x1);
         else if (col < dv)
           store_cvt_16(dst + col, x0, SDPA_FWD_IS_BF16);
       }
-      if (lead && p->lse) p->lse[sdpa_lse_offset(p, b, i, hh)] = lse2 * SDPA_LN2;
+      if (lead && p->lse) p->lse[sdpa_lse_offset(p, b, i, hh)] = lse2[0][hf] * SDPA_LN2;
     } else {
       const int64_t prow = (((int64_t)split * p->b + b) * sq + i) * p->h + hh;
       float *dst = dp->part_out + prow * PART_COLS;
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
-        *(float2 *)(dst + c0 + dt * 8 + 2 * rw.t) =
-            make_float2(o[dt][2 * hf] * inv, o[dt][2 * hf + 1] * inv);
-      if (lead) dp->part_lse[prow] = lse2 == INFINITY ? -INFINITY : lse2;
+        *(float2 *)(dst + c0 + dt * 8 + 2 * t) =
+            make_float2(o[0][dt][2 * hf] * inv, o[0][dt][2 * hf + 1] * inv);
+      if (lead) dp->part_lse[prow] = lse2[0][hf] == INFINITY ? -INFINITY : lse2[0][hf];
     }
   }
 }
@@ -598,8 +354,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     if (tid == 0) mla_produce(&prm, base, b, hk, ts, te, sk);
   } else {
     SDPA_SETMAXNREG_INC(MLA_REG_C);
-    mla_consume(&prm, base, b, hk, m0, split, ts, te, sk, wg - 1, tid - 128,
-                (float *)(smem + (base - smem_u32(smem)) + OFF_ROWS));
+    mla_consume(&prm, base, b, hk, m0, split, ts, te, sk, wg - 1, tid - 128);
   }
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
@@ -692,9 +447,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef MLA_REG_P
 #undef MLA_REG_C
 #undef MLA_WG_QK
-#undef MLA_WG_QK_R
-#undef MLA_WG_PV_R
-#undef MLA_WG_PV_S
+#undef MLA_WG_PV
 #undef MLA_TY
 #undef DEC_PACK
 #undef SDPA_DV

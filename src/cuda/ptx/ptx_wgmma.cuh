@@ -83,8 +83,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 /* d (+)= A B, A and B from shared memory; scale_d = 0 overwrites d.
  * wgmma_ss_m64n<N>_<ty>(d, desc_a, desc_b, scale_d): both K-major;
  * wgmma_sst_m64n<N>_<ty>: A K-major, B MN-major (imm-trans-b = 1: B stored
- * with N contiguous; the backward's dV = P^T dO from a P^T tile, MLA
- * decoding's O += P V with P from the other warpgroup);
+ * with N contiguous; the backward's dV = P^T dO from a P^T tile);
  * wgmma_sstt_m64n<N>_<ty>: both MN-major (imm-trans-a = 1 too: A stored with
  * M contiguous; the backward's dQ = dS K from dS^T and K tiles). */
 #define WG_DEFINE_SS(NAME, N, TY, NACC, A0, A1, A2, TA, TB)                                    \
@@ -98,16 +97,14 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
   }
 
 /* d (+)= A B, A (the packed 16-bit fragment a[4]) from registers, B from
- * shared memory; scale_d = 0 overwrites d. wgmma_rs_m64n<N>_<ty>(d, a,
- * desc_b, scale_d): B N-major (imm-trans-b = 1, P V); wgmma_rsk_m64n<N>_<ty>:
- * B K-major (Q K^T with Q's fragment in registers). */
-#define WG_DEFINE_RS(NAME, N, TY, NACC, A0, A1, A2, A3, B, SD, TB)                             \
-  __device__ __forceinline__ void wgmma_##NAME##_m64n##N##_##TY(float (*d)[4],                \
-                                                                const uint32_t *a, uint64_t db, \
-                                                                int scale_d) {                 \
+ * shared memory N-major (imm-trans-b = 1); scale_d = 0 overwrites d.
+ * wgmma_rs_m64n<N>_<ty>(d, a, desc_b, scale_d). */
+#define WG_DEFINE_RS(N, TY, NACC, A0, A1, A2, A3, B, SD)                                       \
+  __device__ __forceinline__ void wgmma_rs_m64n##N##_##TY(float (*d)[4], const uint32_t *a,   \
+                                                          uint64_t db, int scale_d) {          \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                               \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TY "." #TY " "            \
-                 WG_ACC_##NACC ", {" A0 ", " A1 ", " A2 ", " A3 "}, " B ", p, 1, 1, " TB ";\n}\n" \
+                 WG_ACC_##NACC ", {" A0 ", " A1 ", " A2 ", " A3 "}, " B ", p, 1, 1, 1;\n}\n"  \
                  : WG_OPS_##NACC(d)                                                            \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));        \
   }
@@ -121,12 +118,10 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
   WG_DEFINE_SS(sst, 128, TY, 64, "%64", "%65", "%66", "0", "1")                                \
   WG_DEFINE_SS(sstt, 64, TY, 32, "%32", "%33", "%34", "1", "1")                                \
   WG_DEFINE_SS(sstt, 128, TY, 64, "%64", "%65", "%66", "1", "1")                               \
-  WG_DEFINE_SS(sst, 256, TY, 128, "%128", "%129", "%130", "0", "1")                            \
-  WG_DEFINE_RS(rs, 64, TY, 32, "%32", "%33", "%34", "%35", "%36", "%37", "1")                 \
-  WG_DEFINE_RS(rs, 128, TY, 64, "%64", "%65", "%66", "%67", "%68", "%69", "1")                \
-  WG_DEFINE_RS(rs, 192, TY, 96, "%96", "%97", "%98", "%99", "%100", "%101", "1")             \
-  WG_DEFINE_RS(rs, 256, TY, 128, "%128", "%129", "%130", "%131", "%132", "%133", "1")        \
-  WG_DEFINE_RS(rsk, 64, TY, 32, "%32", "%33", "%34", "%35", "%36", "%37", "0")
+  WG_DEFINE_RS(64, TY, 32, "%32", "%33", "%34", "%35", "%36", "%37")                          \
+  WG_DEFINE_RS(128, TY, 64, "%64", "%65", "%66", "%67", "%68", "%69")                         \
+  WG_DEFINE_RS(192, TY, 96, "%96", "%97", "%98", "%99", "%100", "%101")                      \
+  WG_DEFINE_RS(256, TY, 128, "%128", "%129", "%130", "%131", "%132", "%133")
 
 WG_DEFINE_TY(bf16)
 WG_DEFINE_TY(f16)
