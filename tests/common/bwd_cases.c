@@ -303,6 +303,18 @@ static void build_table(void) {
     .row = "bwd_sm90_bf16_hd192_dv128");
   H(.name = "sm90_d192_dv160_causal_gqa", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 260,
     .d = 192, .dv = 160, .causal = 1, .row = "bwd_sm90_f16_hd192");
+  /* _dv128's deterministic kernels with score features (feat_det, dq_feat);
+   * d_v above d in hd192; d and d_v that end inside a 16-byte chunk (in
+   * rows padded to 16 bytes) in hd192 and _dv128 */
+  H(.name = "sm90_mla_dv128_det_softcap_alibi", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 200,
+    .sk = 330, .d = 192, .dv = 128, .causal = 1, .softcap = 3.f, .alibi = 1, .det = 5,
+    .row = "bwd_sm90_bf16_hd192_dv128");
+  H(.name = "sm90_d128_dv192", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 250, .d = 128,
+    .dv = 192, .row = "bwd_sm90_f16_hd192");
+  H(.name = "sm90_d150_causal", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 170, .sk = 210,
+    .d = 150, .causal = 1, .row = "bwd_sm90_bf16_hd192");
+  H(.name = "sm90_mla_d192_dv100", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 220, .sk = 190,
+    .d = 192, .dv = 100, .row = "bwd_sm90_f16_hd192_dv128");
   H(.name = "sm90_d128_dv64_softcap_alibi", .dt = F16, .b = 2, .h = 4, .hk = 1, .sq = 200,
     .sk = 170, .d = 128, .dv = 64, .causal = 1, .softcap = 3.f, .alibi = 2);
   H(.name = "sm90_d96_dv64_dropout", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 150, .sk = 190,
