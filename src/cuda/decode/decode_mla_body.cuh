@@ -15,27 +15,24 @@
  * combine (decode_combine.cuh), and extern "C" SDPA_KERNEL_NAME##_run,
  * _refuse and _workspace.
  *
- * Structure (docs/design.md §6, MLA decoding): block = (batch, kv head, key
+ * Structure (docs/design.md §6, decoding): block = (batch, kv head, key
  * split, query block), its rows the query rows of the kv head's h / h_k
  * heads packed as in decode_body.cuh (row r = i * group + head), so a key
  * tile read serves 64 heads. Q goes to shared memory once (the consumers'
  * plain loads: any group and s_q). The producer's thread 0 copies the
- * split's key tiles (48 rows x HD columns: nine 64-column boxes, a box per
- * 16-row piece where pages are not a whole number of tiles) into a
- * two-stage ring by the copy engine. V is the same tile: the row takes
- * only a v that is k's first d_v columns (the latent cache), so a tile is
- * read once for both products. A 64 x 512 fp32 O does not fit one
- * warpgroup's registers, so each consumer warpgroup owns 256 of O's
- * columns, and each needs all of P. S = Q K^T is split by depth instead:
- * each warpgroup multiplies half of the 576 columns (m64n48, operands from
- * shared memory), the two trade their fp32 partial scores through shared
- * memory and each adds the other's (addition commutes: both hold the same
- * S), then both run the same online softmax and each its O += P V
- * (m64n256, P from registers). Key tiles of 48 leave room for the partial
- * scores next to Q and two stages. One split writes out and lse; several
- * write fp32 partials for the combine. Key rows past the sequence's end
- * that the copy reads are zeroed in shared memory before any product reads
- * the tile (0 * NaN is NaN).
+ * split's key tiles (64 rows x HD columns, nine 64-column boxes; a box per
+ * page piece where pages are shorter than a tile) into a two-stage ring.
+ * V is the same tile: the row takes only a v that is k's first d_v columns
+ * (the latent cache), so a tile is read once for both products. Each
+ * consumer warpgroup computes all of S = Q K^T (m64n64, both operands from
+ * shared memory) and accumulates half of O's columns (O += P V, m64n256, P
+ * from registers): a 64 x 512 fp32 O does not fit one warpgroup's
+ * registers, and with S computed twice neither warpgroup waits for the
+ * other's scores. The warpgroups take turns at the tensor cores (as the
+ * Hopper forward's) so one's softmax runs under the other's products. One
+ * split writes out and lse; several write fp32 partials for the combine.
+ * Key rows past the sequence's end that the copy reads are zeroed in
+ * shared memory before any product reads the tile (0 * NaN is NaN).
  */
 #include <math.h>
 #include <stdint.h>
@@ -66,7 +63,7 @@
 #define DEC_PACK pack_f16x2
 #define MLA_TY f16
 #endif
-#define MLA_WG_QK SDPA_PASTE(wgmma_ss_m64n48_, MLA_TY)
+#define MLA_WG_QK SDPA_PASTE(wgmma_ss_m64n64_, MLA_TY)
 #define MLA_WG_PV SDPA_PASTE(wgmma_rs_m64n256_, MLA_TY)
 
 /* setmaxnreg's split: 128 P + 256 C <= 65536, multiples of 8 */
@@ -87,26 +84,22 @@ enum {
   MT = 1,          /* fwd_softmax.cuh's geometry: one m16 tile a warp */
   NT = BN / 8,
   DT = DV / NWG / 8, /* n8 tiles of a warpgroup's half of O */
-  KSQ = HD / 16,   /* k16 steps of Q K^T: the first half warpgroup 0's, the rest 1's */
+  KSQ = HD / 16,   /* k16 steps of Q K^T */
   PS = BN / 16,    /* k16 steps of P V */
   ROWB = 128,      /* bytes of a swizzled row */
   TILE_Q = BM * HD * 2,
   TILE_K = BN * HD * 2,
-  S_FLOATS = BM * BN, /* a warpgroup's partial S */
   OFF_K = TILE_Q,
-  OFF_X = OFF_K + STAGES * TILE_K, /* each warpgroup's partial S, for the other */
-  OFF_BAR = OFF_X + NWG * S_FLOATS * 4,
+  OFF_BAR = OFF_K + STAGES * TILE_K,
   SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024, /* full and empty barriers; slack to align to 1024 */
   Q_CHUNKS = BM * HD / 8 / CTHREADS, /* 16-byte chunks of Q a consumer thread loads */
-  BAR_Q = 1,       /* named barriers: Q stored, a tile's tail zeroed, the partial S */
-  BAR_TAIL = 2,    /* written, and read */
-  BAR_X = 3,
-  BAR_XR = 4
+  BAR_Q = 1,       /* named barriers: Q stored, a tile's tail zeroed, the turns */
+  BAR_TAIL = 2,
+  TURN_BAR = 3
 };
 
 static_assert(HD % 64 == 0 && DV == 512 && DV <= HD, "Q / K blocks of 64 columns, O 2 x 256");
-static_assert(BM == 64 && BN == 48 && NTHREADS == 384, "64 rows, 48 keys, 3 warpgroups");
-static_assert(KSQ % NWG == 0 && (BN * ROWB) % 1024 == 0, "Q K^T halves; 1024-byte aligned blocks");
+static_assert(BM == 64 && BN == 64 && NTHREADS == 384, "64 rows, 64 keys, 3 warpgroups");
 static_assert((BM * HD / 8) % CTHREADS == 0, "Q's chunks spread evenly over the consumers");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
@@ -123,11 +116,11 @@ __device__ __forceinline__ uint32_t bar_kempty(uint32_t bars, int s) {
   return bars + 8 * (STAGES + s);
 }
 
-/* Rows of one copy box: a tile's, or 16 where pages are not a whole
- * number of tiles (pages are a multiple of 16: validate.c; tiles start at
- * multiples of 16), so no box crosses a page. */
+/* Rows of one copy box: a tile's 64, or a page's where pages are shorter
+ * (a multiple of 16: validate.c), so no box crosses a page. */
 static inline __host__ __device__ int mla_box_rows(const sdpa_problem *p) {
-  return p->page_size <= 0 || p->page_size % BN == 0 ? BN : 16;
+  if (p->page_size <= 0 || p->page_size % BN == 0) return BN;
+  return p->page_size % 32 == 0 ? 32 : 16;
 }
 
 /* The producer's thread 0: key tiles [ts, te) of sequence b (sk keys) into
@@ -193,7 +186,7 @@ __device__ __forceinline__ void mla_zero_tail(uint32_t st, int valid, int ctid) 
  * block's key tiles [ts, te): rows m0.. of (b, hk), sequence of sk keys. */
 __device__ __forceinline__ void mla_consume(const sdpa_mla_params *prm, uint32_t base, int b,
                                             int hk, int m0, int split, int ts, int te, int sk,
-                                            int cw, int ctid, float *xs) {
+                                            int cw, int ctid) {
   const sdpa_decode_params *dp = &prm->d;
   const sdpa_problem *p = &dp->p;
   const uint32_t bars = base + OFF_BAR;
@@ -236,43 +229,28 @@ __device__ __forceinline__ void mla_consume(const sdpa_mla_params *prm, uint32_t
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
   softmax_init(o, row_max, row_sum);
+  /* warpgroup 0 takes the first turn */
+  if (cw == NWG - 1 && te > ts) bar_arrive_named(TURN_BAR, CTHREADS);
   const uint32_t vcol = cw * (DV / NWG / 64) * BN * ROWB; /* this warpgroup's V columns */
-  float4 *x_mine = (float4 *)xs + cw * (S_FLOATS / 4) + (ctid & 127);
-  const float4 *x_other = (const float4 *)xs + (1 - cw) * (S_FLOATS / 4) + (ctid & 127);
   for (int n = ts; n < te; ++n) {
     const int it = n - ts, s = it % STAGES, j0 = n * BN;
     const uint32_t tile = base + OFF_K + s * TILE_K;
     mbar_wait(bar_kfull(bars, s), (uint32_t)(it / STAGES) & 1u);
     if (sk - j0 < BN) mla_zero_tail(tile, sk - j0, ctid);
 
-    /* this warpgroup's half of the depth of S = Q K^T */
     float sc[MT][NT][4];
+    bar_sync_named(TURN_BAR + cw, CTHREADS);
     wg_fence();
 #pragma unroll
-    for (int k = 0; k < KSQ / NWG; ++k) {
-      const int ks = cw * (KSQ / NWG) + k;
+    for (int ks = 0; ks < KSQ; ++ks) {
       const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
       MLA_WG_QK(sc[0], wg_desc(base + (ks >> 2) * BM * ROWB + koff, 16, 1024),
-                wg_desc(tile + (ks >> 2) * BN * ROWB + koff, 16, 1024), k > 0);
+                wg_desc(tile + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
     }
     wg_commit();
+    if (cw != NWG - 1 || n + 1 < te) bar_arrive_named(TURN_BAR + (cw + 1) % NWG, CTHREADS);
     wg_wait0();
     wg_fence_acc(sc[0], NT);
-    /* the halves meet: each warpgroup adds the other's (fp32 addition
-     * commutes, so both hold the same S and make the same P) */
-#pragma unroll
-    for (int i = 0; i < NT; ++i)
-      x_mine[i * 128] = make_float4(sc[0][i][0], sc[0][i][1], sc[0][i][2], sc[0][i][3]);
-    bar_sync_named(BAR_X, CTHREADS);
-#pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      const float4 v = x_other[i * 128];
-      sc[0][i][0] += v.x;
-      sc[0][i][1] += v.y;
-      sc[0][i][2] += v.z;
-      sc[0][i][3] += v.w;
-    }
-    bar_sync_named(BAR_XR, CTHREADS); /* both read: the next tile may write */
     if (j0 < lo_all || j0 + BN > hi_all) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -376,8 +354,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
     if (tid == 0) mla_produce(&prm, base, b, hk, ts, te, sk);
   } else {
     SDPA_SETMAXNREG_INC(MLA_REG_C);
-    mla_consume(&prm, base, b, hk, m0, split, ts, te, sk, wg - 1, tid - 128,
-                (float *)(smem + (base - smem_u32(smem)) + OFF_X));
+    mla_consume(&prm, base, b, hk, m0, split, ts, te, sk, wg - 1, tid - 128);
   }
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
