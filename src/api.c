@@ -155,12 +155,12 @@ static const char *dtype_list(unsigned mask) {
  * string per row, all built once (rows are constant; pthread_once, so
  * concurrent sdpa_kernel_get calls never see one half written). */
 #define SDPA_FEATURE_TEXT 256
-static char feature_text[128][SDPA_FEATURE_TEXT];
+static char feature_text[SDPA_REGISTRY_MAX_ROWS][SDPA_FEATURE_TEXT];
 static pthread_once_t feature_text_once = PTHREAD_ONCE_INIT;
 
 static void feature_text_build(void) {
   int n = sdpa_registry_count();
-  for (int i = 0; i < n && i < (int)(sizeof feature_text / sizeof feature_text[0]); ++i)
+  for (int i = 0; i < n; ++i)
     sdpa_feature_names(sdpa_registry_row(i)->features, feature_text[i], SDPA_FEATURE_TEXT);
 }
 
@@ -169,8 +169,6 @@ sdpa_status sdpa_kernel_get(int index, sdpa_kernel_info *info) {
   SDPA_CHECK(info != NULL, SDPA_ERR_INVALID_ARGUMENT, "info = NULL: expected a pointer to sdpa_kernel_info");
   SDPA_CHECK(index >= 0 && index < sdpa_registry_count(), SDPA_ERR_INVALID_ARGUMENT,
              "index = %d: expected 0 <= index < sdpa_kernel_count() = %d", index, sdpa_registry_count());
-  SDPA_CHECK(index < (int)(sizeof feature_text / sizeof feature_text[0]), SDPA_ERR_INTERNAL,
-             "index = %d: the registry has more rows than feature_text holds", index);
   const sdpa_kernel_row *row = sdpa_registry_row(index);
   pthread_once(&feature_text_once, feature_text_build);
   info->name = row->name;

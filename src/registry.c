@@ -60,6 +60,9 @@ static const sdpa_kernel_row rows[] = {
      0, 0, CPU_BWD_FEATURES, cpu_bwd_run, NULL, 0, NULL},
 };
 
+_Static_assert(sizeof rows / sizeof rows[0] <= SDPA_REGISTRY_MAX_ROWS,
+               "more registry rows than SDPA_REGISTRY_MAX_ROWS: raise it");
+
 int sdpa_registry_count(void) { return (int)(sizeof rows / sizeof rows[0]); }
 
 const sdpa_kernel_row *sdpa_registry_row(int i) {

@@ -78,6 +78,9 @@ unsigned sdpa_problem_features(const sdpa_problem *p);
 /* Names of the feature bits set in f, comma separated, into buf. */
 void sdpa_feature_names(unsigned f, char *buf, size_t n);
 
+/* Rows a build may have (registry.c asserts it at compile time): what
+ * sizes per-row tables such as the kernel info's feature strings. */
+#define SDPA_REGISTRY_MAX_ROWS 256
 int sdpa_registry_count(void);
 const sdpa_kernel_row *sdpa_registry_row(int i);
 
