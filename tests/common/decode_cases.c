@@ -183,6 +183,13 @@ static void build_table(void) {
   ADD(.name = "MLA dense k, s_q 4 causal", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1,
       .sq = 4, .d = 576, .dv = 512, .s_cache = 300, .dense = 1, .latent = 1, .causal = 1,
       .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  /* a negative scale: the MLA row refuses it (its softmax folds a positive
+   * one into the exponents), the SIMT row runs it */
+  ADD(.name = "MLA negative scale", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1, .sq = 1,
+      .d = 576, .dv = 512, .s_cache = 200, .page = 64, .latent = 1, .scale = -0.05f);
+  ADD(.name = "MLA negative scale", .on = ON_CUDA, .kind = DEC_EXPLAIN, .dt = BF16, .b = 2,
+      .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 200, .page = 64, .latent = 1,
+      .scale = -0.05f, .explain_row = "fwd_simt");
   /* a separate v cannot share k's tiles: the MLA row refuses it */
   ADD(.name = "MLA 576 / 512, separate v", .on = ON_CUDA, .kind = DEC_EXPLAIN, .dt = BF16, .b = 2,
       .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 300, .page = 64,
@@ -410,6 +417,7 @@ static void build(const dec_case *c, dec_prob *f, const case_env *env) {
   a->causal = c->causal;
   if (c->window && !c->causal) a->window_left = c->wl, a->window_right = c->wr;
   a->softcap = c->softcap;
+  a->scale = c->scale;
   const int64_t sq[4] = {c->b, c->sq, c->h, c->d}, so[4] = {c->b, c->sq, c->h, c->dv};
   const int64_t sl[3] = {c->b, c->h, c->sq}, sb[1] = {c->b};
   a->q = alloc_rows(c, f, sq, 0);
@@ -597,13 +605,15 @@ static void list_case(const dec_case *c) {
   }
   const int win = c->window && !c->causal;
   printf("%sCASE %s|%s|b%lld h%lld/%lld sq%lld new%lld d%lld/%lld|cache%lld page%lld bidx%d "
-         "lpad%d zero%d dense%d lat%d pad%d|rot%d/%lld|c%d w%lld,%lld cap%g al%d|splits%d sweep%d|%s\n",
+         "lpad%d zero%d dense%d lat%d pad%d|rot%d/%lld|c%d w%lld,%lld cap%g sc%g al%d|splits%d "
+         "sweep%d|%s\n",
          c->small ? "small " : "", c->name, sdpa_dtype_string(c->dt), (long long)c->b,
          (long long)c->h, (long long)c->hk, (long long)c->sq, (long long)c->snew, (long long)c->d,
          (long long)c->dv, (long long)c->s_cache, (long long)c->page, c->batch_idx, c->leftpad,
          c->zero_seqlen, c->dense, c->latent, c->padded, c->rotary, (long long)(c->rotary ? c->rotary_dim : 0),
          c->causal, (long long)(win ? c->wl : -1), (long long)(win ? c->wr : -1),
-         (double)c->softcap, c->alibi, c->splits, c->sweep, kind_names[c->kind]);
+         (double)c->softcap, (double)c->scale, c->alibi, c->splits, c->sweep,
+         kind_names[c->kind]);
 }
 
 /* CPU: every split count 2..16 equal to the call's result within rounding

@@ -54,6 +54,7 @@ typedef struct dec_case {
   int window; /* (wl, wr), when !causal */
   int64_t wl, wr;
   float softcap;
+  float scale; /* 0: 1 / sqrt(d) */
   int alibi;  /* 0 off, 1 [h], 2 [b, h] */
   int splits; /* num_splits */
   int sweep;  /* CPU: every split count 2..16 vs the call's; CUDA: every forced count 1..64 vs 1 */

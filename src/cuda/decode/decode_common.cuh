@@ -76,7 +76,7 @@ typedef struct sdpa_decode_params {
   float softcap_post; /* softcap * log2(e) */
   int has_softcap;
   int q_vec;          /* q rows unrotated and 16-byte aligned: whole chunks load as vectors */
-  float *part_out;    /* splits > 1: [splits, b, s_q, h, HD] fp32, normalized */
+  float *part_out;    /* splits > 1: [splits, b, s_q, h, the shape's hd] fp32, normalized */
   float *part_lse;    /* splits > 1: [splits, b, s_q, h] base-2 lse, -inf empty */
 } sdpa_decode_params;
 

@@ -407,6 +407,10 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
     snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)DV);
     return why;
   }
+  if (p->scale < 0.f) { /* the softmax folds the scale into its exponents: a positive one */
+    snprintf(why, n, "scale = %g below 0 (this row takes a positive scale)", (double)p->scale);
+    return why;
+  }
   if (p->v != p->k || p->v_st.sb != p->k_st.sb || p->v_st.ss != p->k_st.ss ||
       p->v_st.sh != p->k_st.sh) {
     snprintf(why, n,

@@ -1,6 +1,6 @@
 /*
  * decode_plan.cu - the host side of the split-KV decoding forward, shared by
- * every decode instance (decode_body.cuh): how many key splits a problem
+ * every decode instance (decode_body.cuh, decode_mla_body.cuh): how many key splits a problem
  * gets, how much workspace the partial results need, and the launch
  * sequence on the caller's stream: KV append (kv_append.cu), the attention
  * kernel, and with more than one split the instance's combine
@@ -19,7 +19,8 @@
 /* A split gives each warp at least this many key tiles of 16: the tiles its
  * cp.async ring has in flight at once in the prologue (STAGES - 1 = 2 in the
  * d <= 128 rows; 1 in a _lean row and at d 256), so a short split still
- * issues all of its loads together. */
+ * issues all of its loads together. (An MLA block counts its 64-key tile as
+ * four warps' tiles: at least two tiles a split, its two stages.) */
 #define SDPA_DECODE_MIN_TILES_PER_WARP 2
 /* A block's fixed cost in tile-times: its first load's latency (Q and the
  * first tiles, in flight together) and the final merge of its warps. */
