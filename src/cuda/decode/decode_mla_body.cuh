@@ -172,13 +172,7 @@ __device__ __forceinline__ uint4 mla_q_chunk(const sdpa_decode_params *prm, int 
 /* Key rows [valid, BN) of the tile at st zeroed by every consumer thread,
  * ordered before either warpgroup's products read it. */
 __device__ __forceinline__ void mla_zero_tail(uint32_t st, int valid, int ctid) {
-  for (int idx = ctid; idx < NCB * BN * 8; idx += CTHREADS) {
-    const int r = idx / 8 % BN;
-    if (r >= valid)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(st + idx * 16), "r"(0)
-                   : "memory");
-  }
-  fence_proxy_async();
+  tile_zero_rows(st, NCB, BN, valid, ctid, CTHREADS);
   bar_sync_named(BAR_TAIL, CTHREADS);
 }
 

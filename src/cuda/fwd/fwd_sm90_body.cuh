@@ -281,13 +281,7 @@ __device__ __forceinline__ void produce(const sdpa_fwd_sm90_params *prm9, const 
  * reads the tile: only on a sequence's last tile of the varlen / seqused_k
  * layouts, the same tile for every consumer. */
 __device__ __forceinline__ void zero_v_tail(uint32_t sv, int valid, int ctid) {
-  for (int idx = ctid; idx < NCBV * BN * 8; idx += 128 * NWG) {
-    const int r = idx / 8 % BN;
-    if (r >= valid)
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sv + idx * 16), "r"(0)
-                   : "memory");
-  }
-  fence_proxy_async();
+  tile_zero_rows(sv, NCBV, BN, valid, ctid, 128 * NWG);
   bar_sync_named(1 + NWG, 128 * NWG);
 }
 

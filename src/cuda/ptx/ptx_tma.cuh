@@ -4,7 +4,8 @@
  * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
  * complete on an mbarrier, the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
- * tensor cores, and setmaxnreg (named barriers: ptx_bar.cuh).
+ * tensor cores, the zeroing of a copied tile's rows past a sequence's end,
+ * and setmaxnreg (named barriers: ptx_bar.cuh).
  *
  * Contract: a tensor map (CUtensorMap, 64-byte aligned) lives in a
  * __grid_constant__ kernel parameter and is passed by its address. A phase of
@@ -67,6 +68,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
  * (the copy engine, wgmma) once a barrier follows. */
 __device__ __forceinline__ void fence_proxy_async(void) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* Key rows [valid, rows) of a copied tile (blocks 64-column blocks of rows
+ * 128-byte rows each) zeroed by thread tid of nthreads, where the copy read
+ * rows past a sequence's end (0 * NaN is NaN), and made visible to the
+ * tensor cores; the caller's barrier then orders them before any product. */
+__device__ __forceinline__ void tile_zero_rows(uint32_t st, int blocks, int rows, int valid,
+                                               int tid, int nthreads) {
+  for (int idx = tid; idx < blocks * rows * 8; idx += nthreads) {
+    const int r = idx / 8 % rows;
+    if (r >= valid)
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(st + idx * 16), "r"(0)
+                   : "memory");
+  }
+  fence_proxy_async();
 }
 
 /* The warpgroup's per-thread register budget (a multiple of 8 in [24, 256]);
