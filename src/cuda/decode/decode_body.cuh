@@ -209,33 +209,6 @@ __device__ __forceinline__ void load_kv_tile(uint32_t kdst, const sdpa_problem *
   }
 }
 
-/* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
- * at sdpa_rotary_q_pos for the cache layout; zeros past the rows or the
- * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
- * one vector load, so a thread's chunks are all in flight at once; the rest
- * go element by element. */
-__device__ __forceinline__ uint4 load_q_chunk(const sdpa_decode_params *prm, int b, int hk,
-                                              int row, int c) {
-  const sdpa_problem *p = &prm->p;
-  const int d = (int)p->d;
-  uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (row >= prm->rows || c * 8 >= d) return v;
-  int gi;
-  const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
-  const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
-  if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
-  const int64_t pos = p->rotary_dim > 0 ? sdpa_rotary_q_pos(p, b, i) : 0;
-  float x[8];
-#pragma unroll
-  for (int u = 0; u < 8; ++u)
-    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, SDPA_FWD_IS_BF16) : 0.f;
-  v.x = DEC_PACK(x[0], x[1]);
-  v.y = DEC_PACK(x[2], x[3]);
-  v.z = DEC_PACK(x[4], x[5]);
-  v.w = DEC_PACK(x[6], x[7]);
-  return v;
-}
-
 /* At d = 64 an SM holds four blocks by shared memory; the launch bounds
  * keep the registers there too (left alone, ptxas gave the kernel 146 on
  * sm_80: three blocks). A _lean row is for three blocks an SM: at most
@@ -294,7 +267,7 @@ extern "C" __global__ void DEC_BOUNDS
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
     const int idx = tid + u * NTHREADS;
-    qv[u] = load_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR);
+    qv[u] = sdpa_decode_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR, SDPA_FWD_IS_BF16);
   }
   const dec_lane_copy lc = lane_copy_plan(p, lane);
   dec_kv_off first[STAGES - 1];

@@ -1,9 +1,10 @@
 /*
  * decode_common.cuh - what the split-KV decoding forward (decode_body.cuh
- * instances and their combines), the KV append (kv_append.cu),
- * merge_states (merge.cu) and the host planning (decode_plan.cu) share: the
- * kernel parameter struct, 16-bit / fp32 element conversions, the rotary
- * rotation of one element, the exact merge rule of partial (out, lse) rows
+ * and decode_mla_body.cuh instances and their combines), the KV append
+ * (kv_append.cu), merge_states (merge.cu) and the host planning
+ * (decode_plan.cu) share: the kernel parameter struct, 16-bit / fp32
+ * element conversions, the rotary rotation of one element, a packed query
+ * row's 16-byte chunk, the exact merge rule of partial (out, lse) rows
  * (total and weights, in base 2: the warps of a decode block use it
  * directly; the combines and merge.cu walk the parts online with the same
  * rule), and the host-side entry points of those files.
@@ -147,6 +148,34 @@ __device__ __forceinline__ float sdpa_rotary_elem_any(const sdpa_problem *p, con
   int k, partner, first;
   sdpa_rotary_pair(p, e, &k, &partner, &first);
   return sdpa_rotary_mix(p, x, sdpa_load_f(row, p->dtype, partner), k, first, pos);
+}
+
+/* 16-byte chunk c (elements 8c .. 8c + 7) of packed query row `row`, rotated
+ * at sdpa_rotary_q_pos for the cache layout; zeros past the rows or the
+ * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
+ * one vector load, so a thread's chunks are all in flight at once; the rest
+ * go element by element. is_bf16: a literal (the instance's dtype). The
+ * decode rows and the MLA row load their Q tiles through it. */
+__device__ __forceinline__ uint4 sdpa_decode_q_chunk(const sdpa_decode_params *prm, int b, int hk,
+                                                     int row, int c, const int is_bf16) {
+  const sdpa_problem *p = &prm->p;
+  const int d = (int)p->d;
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (row >= prm->rows || c * 8 >= d) return v;
+  int gi;
+  const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
+  const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
+  if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
+  const int64_t pos = p->rotary_dim > 0 ? sdpa_rotary_q_pos(p, b, i) : 0;
+  float x[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, is_bf16) : 0.f;
+  v.x = is_bf16 ? pack_bf16x2(x[0], x[1]) : pack_f16x2(x[0], x[1]);
+  v.y = is_bf16 ? pack_bf16x2(x[2], x[3]) : pack_f16x2(x[2], x[3]);
+  v.z = is_bf16 ? pack_bf16x2(x[4], x[5]) : pack_f16x2(x[4], x[5]);
+  v.w = is_bf16 ? pack_bf16x2(x[6], x[7]) : pack_f16x2(x[6], x[7]);
+  return v;
 }
 
 /* ---- the exact merge -------------------------------------------------------------- */

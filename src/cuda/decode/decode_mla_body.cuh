@@ -148,27 +148,6 @@ __device__ __forceinline__ void mla_produce(const sdpa_mla_params *prm, uint32_t
   }
 }
 
-/* 16-byte chunk c of packed query row `row` (zeros past the rows or d). */
-__device__ __forceinline__ uint4 mla_q_chunk(const sdpa_decode_params *prm, int b, int hk,
-                                             int row, int c) {
-  const sdpa_problem *p = &prm->p;
-  const int d = (int)p->d;
-  uint4 v = make_uint4(0u, 0u, 0u, 0u);
-  if (row >= prm->rows || c * 8 >= d) return v;
-  int gi;
-  const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
-  const uint16_t *q = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh) + c * 8;
-  if (c * 8 + 8 <= d) return *(const uint4 *)q;
-  uint16_t e[8];
-#pragma unroll
-  for (int u = 0; u < 8; ++u) e[u] = c * 8 + u < d ? q[u] : (uint16_t)0;
-  v.x = e[0] | (uint32_t)e[1] << 16;
-  v.y = e[2] | (uint32_t)e[3] << 16;
-  v.z = e[4] | (uint32_t)e[5] << 16;
-  v.w = e[6] | (uint32_t)e[7] << 16;
-  return v;
-}
-
 /* Key rows [valid, BN) of the tile at st zeroed by every consumer thread,
  * ordered before either warpgroup's products read it. */
 __device__ __forceinline__ void mla_zero_tail(uint32_t st, int valid, int ctid) {
@@ -192,7 +171,7 @@ __device__ __forceinline__ void mla_consume(const sdpa_mla_params *prm, uint32_t
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
     const int idx = ctid + u * CTHREADS;
-    qv[u] = mla_q_chunk(dp, b, hk, m0 + idx / (HD / 8), idx % (HD / 8));
+    qv[u] = sdpa_decode_q_chunk(dp, b, hk, m0 + idx / (HD / 8), idx % (HD / 8), SDPA_FWD_IS_BF16);
   }
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
