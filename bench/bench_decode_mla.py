@@ -20,7 +20,7 @@ Writes bench/results/<date>-<gpu>-decode_mla.json (op "decode_mla").
 import argparse
 import sys
 
-from common import capture_graph, cuda_time_ms, markdown_table, write_results
+from common import capture_graph, cuda_time_ms, flops, markdown_table, write_results
 
 import torch
 import torch.nn.functional as F
@@ -65,10 +65,10 @@ def measured_rates():
 
 def bench_one(b, L, bw_tbs, peak_tflops):
     torch.manual_seed(0)
-    flops = 2.0 * b * H * L * (D + DV)
+    work = flops("decode_mla", b, H, 1, L, D, False, d_v=DV)
     nbytes = b * L * D * 2 + b * H * (D + DV) * 2
-    roof_ms = max(nbytes / (bw_tbs * 1e12), flops / (peak_tflops * 1e12)) * 1e3
-    tflops = lambda ms: flops / (ms * 1e-3) / 1e12 if ms else None
+    roof_ms = max(nbytes / (bw_tbs * 1e12), work / (peak_tflops * 1e12)) * 1e3
+    tflops = lambda ms: work / (ms * 1e-3) / 1e12 if ms else None
     q = torch.randn(b, 1, H, D, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(b, 1, H, DV, device="cuda", dtype=torch.bfloat16)
     seqlens = torch.full((b,), L, device="cuda", dtype=torch.int32)
