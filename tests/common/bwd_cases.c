@@ -642,7 +642,7 @@ void bwd_cases_run(const case_env *env, bwd_cuda_fn cuda) {
   build_table();
   for (int n = 0; n < ntab; ++n) {
     const bwd_tcase *c = &tab[n];
-    if (!case_selected(env, c->on, c->small) || (c->cuda_shape && env->primary == ON_CPU))
+    if (!case_selected(env, c->name, c->on, c->small) || (c->cuda_shape && env->primary == ON_CPU))
       continue;
     if (env->list) {
       list_case(c);

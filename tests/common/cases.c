@@ -169,10 +169,11 @@ case_env case_env_init(int argc, char **argv, unsigned primary, unsigned backend
   for (int k = 1; k < argc; ++k) {
     if (strcmp(argv[k], "--small") == 0) env.small = 1;
     if (strcmp(argv[k], "--list") == 0) env.list = 1;
+    if (strcmp(argv[k], "--only") == 0 && k + 1 < argc) env.only = argv[++k];
   }
   return env;
 }
 
-int case_selected(const case_env *env, unsigned on, int small) {
-  return (on & env->primary) && !small == !env->small;
+int case_selected(const case_env *env, const char *name, unsigned on, int small) {
+  return (on & env->primary) && !small == !env->small && (!env->only || strstr(name, env->only));
 }

@@ -88,15 +88,17 @@ typedef struct case_env {
   unsigned backends; /* and on each of these the case has */
   int small;         /* the --small set (compute-sanitizer) instead of the full one */
   int list;          /* print each case's line, run nothing */
+  const char *only;  /* --only S: the cases whose name contains S (NULL: all) */
   sdpa_status (*cpu_fwd)(const sdpa_fwd_desc *); /* the CPU backend's calls */
   sdpa_status (*cpu_bwd)(const sdpa_bwd_desc *);
   test_rng *rng;
 } case_env;
 
-/* argv: --small, --list (the rest is the caller's). */
+/* argv: --small, --list, --only S (the rest is the caller's). */
 case_env case_env_init(int argc, char **argv, unsigned primary, unsigned backends,
                        test_rng *rng);
-/* A case is run by this binary: its mask has env->primary and its set is env's. */
-int case_selected(const case_env *env, unsigned on, int small);
+/* A case is run by this binary: its mask has env->primary, its set is env's
+ * and its name matches --only. */
+int case_selected(const case_env *env, const char *name, unsigned on, int small);
 
 #endif /* SDPA_TEST_CASES_H */

@@ -79,6 +79,13 @@ static void build_table(void) {
   ADD(.name = "small MLA 576 / 512 paged 64", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2,
       .h = 64, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 150, .page = 64, .latent = 1,
       .splits = 2, .zero_seqlen = 1, .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  /* the split-O rows' own V tiles: pages of 16, two splits; d 320 (blocks
+   * past it never copied) on a contiguous cache, causal at s_q 2 */
+  ADD(.name = "small d 512 paged 16", .on = ON_BOTH, .small = 1, .dt = F16, .b = 2, .h = 4,
+      .hk = 1, .sq = 1, .d = 512, .s_cache = 90, .page = 16, .splits = 2, .zero_seqlen = 1,
+      .hopper_row = "fwd_sm90_f16_hd512");
+  ADD(.name = "small d 320 contiguous", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2, .h = 4,
+      .hk = 2, .sq = 2, .d = 320, .s_cache = 70, .causal = 1, .hopper_row = "fwd_sm90_bf16_hd384");
   ADD(.name = "small f32 paged append rotary (simt)", .on = ON_BOTH, .small = 1, .dt = F32, .b = 2,
       .h = 4, .hk = 1, .sq = 2, .snew = 2, .d = 64, .s_cache = 100, .page = 16, .rotary = 2,
       .rotary_dim = 64);
@@ -183,17 +190,35 @@ static void build_table(void) {
   ADD(.name = "MLA dense k, s_q 4 causal", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1,
       .sq = 4, .d = 576, .dv = 512, .s_cache = 300, .dense = 1, .latent = 1, .causal = 1,
       .hopper_row = "decode_sm90_bf16_hd576_dv512");
-  /* a negative scale: the MLA row refuses it (its softmax folds a positive
-   * one into the exponents), the SIMT row runs it */
+  /* a negative scale (the scores take it before the softmax: the row max
+   * is then the right end) */
   ADD(.name = "MLA negative scale", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16, .hk = 1, .sq = 1,
-      .d = 576, .dv = 512, .s_cache = 200, .page = 64, .latent = 1, .scale = -0.05f);
-  ADD(.name = "MLA negative scale", .on = ON_CUDA, .kind = DEC_EXPLAIN, .dt = BF16, .b = 2,
-      .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 200, .page = 64, .latent = 1,
-      .scale = -0.05f, .explain_row = "fwd_simt");
-  /* a separate v cannot share k's tiles: the MLA row refuses it */
+      .d = 576, .dv = 512, .s_cache = 200, .page = 64, .latent = 1, .scale = -0.05f,
+      .hopper_row = "decode_sm90_bf16_hd576_dv512");
+  /* a separate v cannot share k's tiles: the latent row refuses it, the
+   * split-O row with its own V tiles runs it */
   ADD(.name = "MLA 576 / 512, separate v", .on = ON_CUDA, .kind = DEC_EXPLAIN, .dt = BF16, .b = 2,
       .h = 16, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 300, .page = 64,
-      .explain_row = "fwd_simt");
+      .explain_row = "fwd_sm90_bf16_hd576_dv512");
+  ADD(.name = "MLA 576 / 512, separate v, paged 64, 128 heads", .on = ON_BOTH, .dt = F16, .b = 2,
+      .h = 128, .hk = 1, .sq = 1, .d = 576, .dv = 512, .s_cache = 500, .page = 64,
+      .hopper_row = "fwd_sm90_f16_hd576_dv512");
+  /* d 257 to 512 (the split-O rows: key tiles of 32, K's and V's boxes):
+   * pages of 16 (two boxes a tile), contiguous with leftpad, GQA 8 at s_q 3
+   * causal, d 320 / d_v 256 (blocks past them never copied), forced splits,
+   * every split count */
+  ADD(.name = "d 512 paged 16, GQA 8, s_q 3 causal", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 16,
+      .hk = 2, .sq = 3, .d = 512, .s_cache = 400, .page = 16, .causal = 1,
+      .hopper_row = "fwd_sm90_bf16_hd512");
+  ADD(.name = "d 320 / d_v 256 contiguous leftpad, 3 splits", .on = ON_BOTH, .dt = F16, .b = 3,
+      .h = 8, .hk = 1, .sq = 1, .d = 320, .dv = 256, .s_cache = 700, .leftpad = 1, .splits = 3,
+      .hopper_row = "fwd_sm90_f16_hd384");
+  ADD(.name = "d 384 paged 32, window, every split count", .on = ON_BOTH, .dt = BF16, .b = 2,
+      .h = 4, .hk = 4, .sq = 2, .d = 384, .s_cache = 300, .page = 32, .window = 1, .wl = 90,
+      .wr = 0, .splits = 1, .sweep = 1, .hopper_row = "fwd_sm90_bf16_hd384");
+  ADD(.name = "d 448 / d_v 320 dense, s_q 5 causal", .on = ON_BOTH, .dt = F16, .b = 2, .h = 6,
+      .hk = 3, .sq = 5, .d = 448, .dv = 320, .s_cache = 260, .dense = 1, .causal = 1,
+      .hopper_row = "fwd_sm90_f16_hd512");
   /* score modifiers */
   ADD(.name = "window", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 7, .snew = 2,
       .d = 128, .s_cache = 900, .window = 1, .wl = 100, .wr = 3, .page = 16);
@@ -828,7 +853,7 @@ void decode_cases_run(const case_env *env, dec_cuda_fn cuda, dec_merge_fn merge)
   build_table();
   for (int n = 0; n < ntab; ++n) {
     const dec_case *c = &tab[n];
-    if (!case_selected(env, c->on, c->small) || (c->cuda_shape && env->primary == ON_CPU))
+    if (!case_selected(env, c->name, c->on, c->small) || (c->cuda_shape && env->primary == ON_CPU))
       continue;
     if (env->list) {
       list_case(c);

@@ -102,6 +102,13 @@ static void build_table(void) {
       add(c);
     }
   }
+  /* the Hopper split-O rows: K's and V's copies, blocks past d / d_v never copied */
+  ADD(.name = "small wide sm90", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4, .hk = 2,
+      .sq = 70, .sk = 150, .d = 448, .dv = 384, .causal = 1, .rows16 = 1,
+      .row = "fwd_sm90_bf16_hd512");
+  ADD(.name = "small wide sm90", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 2, .hk = 1,
+      .sq = 70, .sk = 150, .d = 300, .window = 1, .wl = 30, .wr = 5, .rows16 = 1,
+      .row = "fwd_sm90_f16_hd384");
   /* empty problems: no keys (out 0, lse +inf over poison), no queries */
   ADD(.name = "small no keys", .on = ON_BOTH, .small = 1, .dt = BF16, .b = 2, .h = 4, .hk = 2,
       .sq = 37, .sk = 0, .d = 128, .rows16 = 1);
@@ -405,9 +412,9 @@ static void build_table(void) {
    * grid, GQA, both causal alignments, windows, varlen, score features,
    * dropout, a bias, d != d_v, several key tiles */
   ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 130, .sk = 200,
-      .d = 288, .causal = 1, .rows16 = 1);
+      .d = 288, .causal = 1, .rows16 = 1, .row = "fwd_sm90_bf16_hd384");
   ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 90,
-      .d = 384, .causal = 1, .top_left = 1, .rows16 = 1);
+      .d = 384, .causal = 1, .top_left = 1, .rows16 = 1, .row = "fwd_sm90_f16_hd384");
   ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 2, .hk = 2, .sq = 150, .sk = 300,
       .d = 400, .window = 1, .wl = 40, .wr = 7, .softcap = 4.f, .alibi = 2, .rows16 = 1);
   ADD(.name = "wide", .on = ON_BOTH, .dt = F16, .b = 4, .h = 2, .hk = 1, .sq = 120, .sk = 140,
@@ -421,6 +428,26 @@ static void build_table(void) {
   ADD(.name = "wide", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 2, .hk = 1, .sq = 150, .sk = 170,
       .d = 336, .dv = 384, .causal = 1, .dropout = 0.17f, .rows16 = 1,
       .kernel = "fwd_sm80_bf16_hd384");
+  /* the Hopper split-O rows (each consumer warpgroup S whole and half of O;
+   * GQA rows packed): several query blocks, d != d_v both ways, a window, a
+   * negative scale, padded strides, forced splits, GQA 8 at a short s_q,
+   * 576 / 512 with a separate v */
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 300,
+      .sk = 500, .d = 512, .causal = 1, .rows16 = 1, .row = "fwd_sm90_bf16_hd512");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 90, .sk = 333,
+      .d = 448, .dv = 320, .window = 1, .wl = 100, .wr = 20, .rows16 = 1,
+      .row = "fwd_sm90_f16_hd512");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 300,
+      .sk = 500, .d = 320, .dv = 256, .scale = -0.07f, .rows16 = 1, .row = "fwd_sm90_bf16_hd384");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = F16, .b = 2, .h = 2, .hk = 1, .sq = 150, .sk = 170,
+      .d = 336, .dv = 384, .causal = 1, .pad = 24, .rows16 = 1, .row = "fwd_sm90_f16_hd384");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 4, .sq = 40, .sk = 400,
+      .d = 512, .splits = 3, .rows16 = 1, .row = "fwd_sm90_bf16_hd512");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = F16, .b = 2, .h = 16, .hk = 2, .sq = 5, .sk = 300,
+      .d = 384, .causal = 1, .rows16 = 1, .row = "fwd_sm90_f16_hd384");
+  ADD(.name = "wide sm90", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 1, .sq = 100,
+      .sk = 150, .d = 576, .dv = 512, .causal = 1, .rows16 = 1,
+      .row = "fwd_sm90_bf16_hd576_dv512");
 
   /* ---- d_qk != d_v on the tensor-core rows: the Hopper rows (the bucket of
    * max(d, d_v), V and O masked to d_v), the sm80 rows forced, with a bias
@@ -756,7 +783,7 @@ void fwd_cases_run(const case_env *env, fwd_cuda_fn cuda) {
   build_table();
   for (int n = 0; n < ntab; ++n) {
     const fwd_case *c = &tab[n];
-    if (!case_selected(env, c->on, c->small)) continue;
+    if (!case_selected(env, c->name, c->on, c->small)) continue;
     if (env->list) {
       list_case(env, c);
       continue;

@@ -12,6 +12,7 @@
  *
  *   test_gpu_decode           the table
  *   test_gpu_decode --small   a few small problems (for compute-sanitizer)
+ *   ... --only S              either set, the cases whose name contains S
  *   test_gpu_decode --list    the cases, one line each, nothing run
  */
 #include <math.h>

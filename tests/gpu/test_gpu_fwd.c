@@ -13,6 +13,7 @@
  *   test_gpu_fwd --small    the --small set: one small problem per kernel
  *                           instance (fast and full variants of every row),
  *                           for compute-sanitizer
+ *   ... --only S            either set, the cases whose name contains S
  *   test_gpu_fwd --bench    timing: bf16, b*s = 16k, h*d = 2048, median of 20
  *   test_gpu_fwd --list     the cases, one line each, nothing run
  */

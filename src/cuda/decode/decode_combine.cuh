@@ -1,7 +1,7 @@
 /*
  * decode_combine.cuh - the combine of a split-KV decoding call: one
  * instance's second kernel (a fragment of decode_body.cuh and
- * decode_mla_body.cuh, which give it PART_COLS, the floats of a partial
+ * fwd_sm90_split_o_body.cuh, which give it PART_COLS, the floats of a partial
  * row, and the dtype; no include guard: one instance a translation unit).
  * It merges the splits' partial (out, lse) of each query row exactly:
  *   lse = log2 sum_k 2^lse_k,  out = sum_k 2^(lse_k - lse) out_k,

@@ -1,6 +1,6 @@
 /*
  * decode_common.cuh - what the split-KV decoding forward (decode_body.cuh
- * and decode_mla_body.cuh instances and their combines), the KV append
+ * and fwd_sm90_split_o_body.cuh instances and their combines), the KV append
  * (kv_append.cu), merge_states (merge.cu) and the host planning
  * (decode_plan.cu) share: the kernel parameter struct, 16-bit / fp32
  * element conversions, the rotary rotation of one element, a packed query
@@ -155,7 +155,7 @@ __device__ __forceinline__ float sdpa_rotary_elem_any(const sdpa_problem *p, con
  * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
  * one vector load, so a thread's chunks are all in flight at once; the rest
  * go element by element. is_bf16: a literal (the instance's dtype). The
- * decode rows and the MLA row load their Q tiles through it. */
+ * decode rows and the split-O rows load their Q tiles through it. */
 __device__ __forceinline__ uint4 sdpa_decode_q_chunk(const sdpa_decode_params *prm, int b, int hk,
                                                      int row, int c, const int is_bf16) {
   const sdpa_problem *p = &prm->p;
@@ -274,7 +274,7 @@ __device__ __forceinline__ void sdpa_merge_slices(int nslices, const float *sm, 
 /* What an instance tells the planner about itself. */
 typedef struct sdpa_decode_shape {
   const char *name;
-  int hd;            /* floats of a partial row: the head-dim bucket (d_v's in an MLA row) */
+  int hd;            /* floats of a partial row: the head-dim bucket (V's columns in a split-O row) */
   int block_m;       /* packed query rows per block */
   int warps;         /* 16-key tiles a block streams at once (its warps' one each) */
   int blocks_per_sm; /* occupancy of the instance's kernel */

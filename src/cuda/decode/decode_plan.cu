@@ -1,6 +1,6 @@
 /*
  * decode_plan.cu - the host side of the split-KV decoding forward, shared by
- * every decode instance (decode_body.cuh, decode_mla_body.cuh): how many key splits a problem
+ * every decode instance (decode_body.cuh, fwd_sm90_split_o_body.cuh): how many key splits a problem
  * gets, how much workspace the partial results need, and the launch
  * sequence on the caller's stream: KV append (kv_append.cu), the attention
  * kernel, and with more than one split the instance's combine
@@ -19,8 +19,9 @@
 /* A split gives each warp at least this many key tiles of 16: the tiles its
  * cp.async ring has in flight at once in the prologue (STAGES - 1 = 2 in the
  * d <= 128 rows; 1 in a _lean row and at d 256), so a short split still
- * issues all of its loads together. (An MLA block counts its 64-key tile as
- * four warps' tiles: at least two tiles a split, its two stages.) */
+ * issues all of its loads together. (A split-O block counts its key tile of
+ * 64 or 32 as four or two warps' tiles: at least two tiles a split, its
+ * first two stages.) */
 #define SDPA_DECODE_MIN_TILES_PER_WARP 2
 /* A block's fixed cost in tile-times: its first load's latency (Q and the
  * first tiles, in flight together) and the final merge of its warps. */
