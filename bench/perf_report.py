@@ -94,7 +94,8 @@ KIND_NOTES = {
                 "against torch EFFICIENT (`check`, `rel diff`).",
     "hdim": "bf16, s 4096, b 4, h 16, causal off / on, each checked against torch EFFICIENT on "
             "its first call. `sdpa_bucket`: sdpa at d = d_bucket, the bucket the head dim pads "
-            "to (same b, s, h). FLOPs count d, not the bucket.",
+            "to (same b, s, h). FLOPs count d, not the bucket. Tensors contiguous, so d 100's "
+            "rows (200 bytes) are not 16-byte aligned: `fwd_staged` / `bwd_staged` copy them.",
     "mla": "bf16, d_qk 192, d_v 128, h 16, b * s = 16384, causal off / on, each checked against "
            "torch EFFICIENT on its first call; FLOPs 2 b h s^2 (d_qk + d_v), halved when "
            "causal, x2.5 backward. torch FLASH takes no d_v != d_qk. `sdpa_d192`: sdpa at "

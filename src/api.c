@@ -239,12 +239,15 @@ static sdpa_status explain(const sdpa_problem *p, sdpa_op op, char *buf, size_t 
     const sdpa_kernel_row *row = sdpa_registry_row(i);
     char why[256];
     if (row->op != op) continue;
+    const char *no = sdpa_row_refusal(row, p, arch, why, sizeof why);
+    const char *note = !no && why[0] ? why : NULL; /* a row that runs p through another */
     if (row == chosen)
-      append(buf, n, &used, "  %-28s selected\n", row->name);
-    else if (sdpa_row_refusal(row, p, arch, why, sizeof why))
+      append(buf, n, &used, "  %-28s selected%s%s\n", row->name, note ? ": " : "", note ? note : "");
+    else if (no)
       append(buf, n, &used, "  %-28s no: %s\n", row->name, why);
     else
-      append(buf, n, &used, "  %-28s could run; an earlier row is preferred\n", row->name);
+      append(buf, n, &used, "  %-28s could run%s%s; an earlier row is preferred\n", row->name,
+             note ? ": " : "", note ? note : "");
   }
   mark_truncated(buf, n, used);
   return st;

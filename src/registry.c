@@ -74,7 +74,7 @@ const sdpa_kernel_row *sdpa_registry_row(int i) {
 /* 16-byte alignment of a base pointer and its row strides: what cp.async and
  * vector loads need. A head dim that is not a multiple of 8 is fine as long as
  * the rows are (e.g. a padded buffer); the tile is zero-filled past d. */
-static int misaligned(const void *ptr, sdpa_dtype t, const sdpa_bshd *st) {
+int sdpa_rows_misaligned(const void *ptr, sdpa_dtype t, const sdpa_bshd *st) {
   size_t es = (t == SDPA_DTYPE_F32) ? 4 : 2;
   if (!ptr) return 0;
   if (((uintptr_t)ptr) % 16) return 1;
@@ -117,14 +117,14 @@ unsigned sdpa_problem_features(const sdpa_problem *p) {
   if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
   if (sdpa_problem_empty(p)) f |= SDPA_FEAT_EMPTY;
   if (p->dlse) f |= SDPA_FEAT_DLSE;
-  if (misaligned(p->q, p->dtype, &p->q_st) || misaligned(p->k, p->dtype, &p->k_st) ||
-      misaligned(p->v, p->dtype, &p->v_st) || misaligned(p->out, p->dtype, &p->o_st) ||
-      (p->is_bwd && (misaligned(p->dout, p->dtype, &p->do_st) ||
-                     misaligned(p->dq, p->dtype, &p->dq_st) ||
-                     misaligned(p->dk, p->dtype, &p->dk_st) ||
-                     misaligned(p->dv, p->dtype, &p->dv_st))) ||
-      (p->s_new > 0 && (misaligned(p->k_new, p->dtype, &p->kn_st) ||
-                        misaligned(p->v_new, p->dtype, &p->vn_st))))
+  if (sdpa_rows_misaligned(p->q, p->dtype, &p->q_st) || sdpa_rows_misaligned(p->k, p->dtype, &p->k_st) ||
+      sdpa_rows_misaligned(p->v, p->dtype, &p->v_st) || sdpa_rows_misaligned(p->out, p->dtype, &p->o_st) ||
+      (p->is_bwd && (sdpa_rows_misaligned(p->dout, p->dtype, &p->do_st) ||
+                     sdpa_rows_misaligned(p->dq, p->dtype, &p->dq_st) ||
+                     sdpa_rows_misaligned(p->dk, p->dtype, &p->dk_st) ||
+                     sdpa_rows_misaligned(p->dv, p->dtype, &p->dv_st))) ||
+      (p->s_new > 0 && (sdpa_rows_misaligned(p->k_new, p->dtype, &p->kn_st) ||
+                        sdpa_rows_misaligned(p->v_new, p->dtype, &p->vn_st))))
     f |= SDPA_FEAT_UNALIGNED;
   return f;
 }
@@ -209,6 +209,7 @@ const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, 
                              char *why, size_t n) {
   const unsigned f = sdpa_problem_features(p);
   char names[256];
+  if (n > 0) why[0] = '\0';
   switch (row_check(row, p, arch, f, why, n)) {
   case FITS: return NULL;
   case WRONG_DEVICE:

@@ -51,8 +51,9 @@ enum {
 typedef struct sdpa_kernel_row sdpa_kernel_row;
 typedef sdpa_status (*sdpa_kernel_run_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
 typedef size_t (*sdpa_kernel_ws_fn)(const sdpa_problem *p, const sdpa_kernel_row *row);
-/* A row's own rule beyond the table's fields: NULL when the row runs p, else
- * the reason, written into why (n bytes). */
+/* A row's own rule beyond the table's fields: NULL when the row runs p (a row
+ * that runs p through another may leave a note naming it in why), else the
+ * reason, written into why (n bytes). */
 typedef const char *(*sdpa_kernel_refuse_fn)(const sdpa_problem *p, const sdpa_kernel_row *row,
                                              char *why, size_t n);
 
@@ -73,6 +74,12 @@ struct sdpa_kernel_row {
   sdpa_kernel_refuse_fn refuse; /* NULL: the fields above decide alone */
 };
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Whether a tensor's rows (base ptr, strides st, elements of dtype t) are
+ * not all 16-byte aligned: SDPA_FEAT_UNALIGNED (a NULL ptr is aligned). */
+int sdpa_rows_misaligned(const void *ptr, sdpa_dtype t, const sdpa_bshd *st);
 /* Features p needs (a pure function of the problem). */
 unsigned sdpa_problem_features(const sdpa_problem *p);
 /* Names of the feature bits set in f, comma separated, into buf. */
@@ -85,7 +92,9 @@ int sdpa_registry_count(void);
 const sdpa_kernel_row *sdpa_registry_row(int i);
 
 /* NULL if row supports p on a device of compute capability arch (x10; 0 on
- * CPU); else writes the reason into why and returns it. */
+ * CPU); else writes the reason into why and returns it. A row that runs p
+ * through another row (the staged rows) may leave a note naming it in why
+ * when it accepts (sdpa explain shows it); why[0] = 0 otherwise. */
 const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, int arch,
                              char *why, size_t n);
 
@@ -95,9 +104,6 @@ sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_r
 
 /* Every run function names itself here first, so a test can check that the
  * kernel which ran is the row dispatch chose (one name a thread). */
-#ifdef __cplusplus
-extern "C" {
-#endif
 void sdpa_trace_run(const char *name);
 /* The name the calling thread's last run function gave, or NULL; cleared. */
 const char *sdpa_trace_take(void);

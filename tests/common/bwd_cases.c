@@ -351,11 +351,24 @@ static void build_table(void) {
   G(.name = "sm80_d112_bm64_softcap", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 170,
     .d = 112, .softcap = 3.f, .alibi = 1, .dropout = 0.17f, .kernel = "bwd_sm80_f16_hd128_bm64");
 #undef G
+  /* ---- rows not 16-byte aligned on the staged row (the tensor-core row of
+   * the problem on aligned copies): d 100 (rows of 200 bytes) causal with
+   * GQA, deterministic; varlen d 36 with dropout; odd padding with a bias
+   * and its dbias summed over heads; only q's rows unaligned (d 3) */
+  ADD(.name = "staged d100 gqa det", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2,
+      .sq = 150, .sk = 170, .d = 100, .causal = 1, .det = 3, .sm90 = 1, .row = "bwd_staged");
+  ADD(.name = "staged varlen d36 dropout", .on = ON_BOTH, .dt = F16, .b = 3, .h = 2, .hk = 1,
+      .sq = 90, .sk = 120, .d = 36, .varlen = 1, .dropout = 0.17f, .sm90 = 1, .row = "bwd_staged");
+  ADD(.name = "staged pad odd bias dbias", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 2, .hk = 2,
+      .sq = 70, .sk = 90, .d = 64, .pad = 3, .bias = 1 | BWD_BC_H, .dbias = 1, .sm90 = 1,
+      .row = "bwd_staged");
+  ADD(.name = "staged d != d_v", .on = ON_BOTH, .dt = F16, .b = 1, .h = 4, .hk = 4, .sq = 64,
+      .sk = 80, .d = 52, .dv = 44, .window = 1, .wl = 30, .wr = 3, .sm90 = 1, .row = "bwd_staged");
   /* ---- CUDA only: a graph capture, what the rows refuse */
   ADD(.name = "graph", .on = ON_CUDA, .kind = BWD_GRAPH, .rows16 = 1, .dt = BF16, .b = 2, .h = 4,
       .hk = 2, .sq = 200, .sk = 333, .d = 128, .causal = 1);
-  /* contiguous d = 3: rows of 6 bytes; a slower row (the SIMT family, checked
-   * against the oracle in test_gpu_simt.c) runs them */
+  /* contiguous d = 3: rows of 6 bytes, which no tensor-core row takes as
+   * they are (the staged row copies them; the cases above check it) */
   ADD(.name = "unaligned_d3_contiguous", .on = ON_CUDA, .kind = BWD_REFUSE, .dt = BF16, .b = 1,
       .h = 2, .hk = 2, .sq = 20, .sk = 20, .d = 3);
   ADD(.name = "bias_row_without_bias", .on = ON_CUDA, .kind = BWD_BIAS_ROW, .rows16 = 1,

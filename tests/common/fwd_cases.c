@@ -470,11 +470,33 @@ static void build_table(void) {
       .sk = 130, .d = 64, .dv = 128, .probs = 1, .dropout = 0.17f, .rows16 = 1);
 
   /* ---- CUDA: what the sm80 rows decline (rows not 16-byte aligned): their
-   * row of the bucket declines with the reason, and what runs instead is
-   * checked */
+   * row of the bucket declines with the reason, and what runs instead (the
+   * staged row) is checked */
   ADD(.name = "rows not 16-byte aligned", .on = ON_BOTH, .kind = FWD_REFUSE, .dt = BF16, .b = 1,
       .h = 2, .hk = 2, .sq = 10, .sk = 10, .d = 3, .rows16 = 1, .q_contig = 1,
       .refuse_row = "fwd_sm80_bf16_hd32 ", .refuse_why = "unaligned");
+
+  /* ---- rows not 16-byte aligned on the staged row (the tensor-core row of
+   * the problem on aligned copies): d 100 (rows of 200 bytes) causal with
+   * GQA, in a graph too (the copies' stream-ordered workspace captured);
+   * varlen d 36; odd padding with dropout; a bias; probs; forced splits;
+   * d != d_v */
+  ADD(.name = "staged d100 gqa", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 150,
+      .sk = 170, .d = 100, .causal = 1, .row = "fwd_staged");
+  ADD(.name = "staged d100 graph", .on = ON_BOTH, .kind = FWD_GRAPH, .dt = F16, .b = 2, .h = 4,
+      .hk = 4, .sq = 150, .sk = 170, .d = 100, .row = "fwd_staged");
+  ADD(.name = "staged varlen d36", .on = ON_BOTH, .dt = F16, .b = 3, .h = 2, .hk = 1, .sq = 90,
+      .sk = 120, .d = 36, .varlen = 1, .causal = 1, .row = "fwd_staged");
+  ADD(.name = "staged pad odd dropout", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 2, .hk = 2,
+      .sq = 70, .sk = 90, .d = 64, .pad = 3, .dropout = 0.17f, .row = "fwd_staged");
+  ADD(.name = "staged bias", .on = ON_BOTH, .dt = F16, .b = 2, .h = 2, .hk = 1, .sq = 70,
+      .sk = 88, .d = 60, .bias = BIAS_SHAPE, .bias_inf = 1, .row = "fwd_staged");
+  ADD(.name = "staged probs", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 2, .hk = 2, .sq = 40,
+      .sk = 50, .d = 20, .probs = 1, .row = "fwd_staged");
+  ADD(.name = "staged splits", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 1, .sq = 3,
+      .sk = 300, .d = 100, .splits = 3, .row = "fwd_staged");
+  ADD(.name = "staged d != d_v", .on = ON_BOTH, .dt = F16, .b = 1, .h = 4, .hk = 4, .sq = 64,
+      .sk = 80, .d = 52, .dv = 44, .window = 1, .wl = 30, .wr = 3, .row = "fwd_staged");
 
   /* ---- CUDA graph capture (on sm_90 of the Hopper row explain selects) */
   ADD(.name = "graph", .on = ON_BOTH, .kind = FWD_GRAPH, .dt = BF16, .b = 2, .h = 4, .hk = 2,

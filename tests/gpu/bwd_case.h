@@ -24,7 +24,7 @@ typedef struct bcase {
   float softcap, scale, dropout;
   int alibi;      /* 0 off, 1 [h], 2 [b, h] */
   int varlen;     /* lengths drawn in [1, sq] / [1, sk]; sequence 1 empty, seqused_k on the last */
-  int contiguous; /* no 16-byte row padding (d % 8 != 0 is then refused) */
+  int contiguous; /* no 16-byte row padding (rows of d % 8 != 0 elements: unaligned) */
   int64_t pad;
   int sm90;       /* on sm_90 (a build with the Hopper rows) explain must select bwd_sm90 */
 } bcase;

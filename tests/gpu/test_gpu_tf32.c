@@ -61,6 +61,7 @@ typedef struct tcase {
   float dropout;        /* (refused by the tf32 rows) */
   int empty_rows;       /* rows with no visible key are expected */
   const char *refuse;   /* NULL: a tf32 row runs it; else the tf32 row declines with this */
+  int staged;           /* ... and the staged row runs the tf32 row on aligned copies */
 } tcase;
 
 static tcase mk(const char *name, int64_t b, int64_t h, int64_t h_k, int64_t s_q, int64_t s_k,
@@ -238,9 +239,14 @@ static void check_dispatch(const tcase *c, const tbufs *f) {
   const char *line = strstr(buf, key);
   const char *eol = line ? strchr(line, '\n') : NULL;
   const char *hit = line ? strstr(line, c->refuse) : NULL;
-  TEST_EXPECT(strncmp(buf, "selected: fwd_simt\n", 19) == 0 && hit && hit < eol,
-              "%s: expected fwd_simt, with %s declining: '%s':\n%s", c->name, key + 2, c->refuse,
-              buf);
+  const char *sel = c->staged ? "selected: fwd_staged\n" : "selected: fwd_simt\n";
+  char note[160];
+  snprintf(note, sizeof note, "runs %s on", row ? row : "fwd_tf32_");
+  TEST_EXPECT(strncmp(buf, sel, strlen(sel)) == 0 && hit && hit < eol &&
+                  (!c->staged || strstr(buf, note)),
+              "%s: expected %.*s, with %s declining: '%s'%s:\n%s", c->name,
+              (int)strlen(sel) - 11, sel + 10, key + 2, c->refuse,
+              c->staged ? " (and the staged row running it)" : "", buf);
 }
 
 static const char *only; /* run only the cases whose name contains this (argv[1]) */
@@ -368,11 +374,13 @@ static void full(void) {
   c = mk("bias_hd256_causal_gqa", 2, 4, 2, 100, 170, 256), c.bias = 1, c.causal = 1;
   run_case(&c);
   c = mk("bias_hd160_bcast_long", 1, 2, 1, 64, 2100, 160), c.bias = 2, run_case(&c);
-  /* what the tf32 rows refuse: fwd_simt runs it, the explain line says why */
+  /* what the tf32 rows refuse: fwd_simt runs it, the explain line says why
+   * (unaligned rows: the staged row, through the tf32 row) */
   c = mk("refuse_dropout", 1, 2, 2, 40, 50, 32), c.dropout = 0.2f, c.refuse = "dropout";
   run_case(&c);
   c = mk("refuse_dv_ne_d", 1, 2, 2, 40, 50, 64), c.d_v = 32, c.refuse = "d_v!=d", run_case(&c);
   c = mk("refuse_unaligned", 1, 2, 2, 40, 50, 6), c.contiguous = 1, c.refuse = "unaligned";
+  c.staged = 1;
   run_case(&c);
   c = mk("refuse_large_d", 1, 2, 2, 20, 30, 300), c.refuse = "head dim", run_case(&c);
 }
