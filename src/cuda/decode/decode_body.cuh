@@ -267,7 +267,7 @@ extern "C" __global__ void DEC_BOUNDS
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
     const int idx = tid + u * NTHREADS;
-    qv[u] = sdpa_decode_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR, SDPA_FWD_IS_BF16);
+    qv[u] = sdpa_decode_q_chunk(&prm, b, hk, m0 + idx / CPR, idx % CPR, SDPA_FWD_IS_BF16, 1);
   }
   const dec_lane_copy lc = lane_copy_plan(p, lane);
   dec_kv_off first[STAGES - 1];

@@ -154,10 +154,13 @@ __device__ __forceinline__ float sdpa_rotary_elem_any(const sdpa_problem *p, con
  * at sdpa_rotary_q_pos for the cache layout; zeros past the rows or the
  * head dim. Whole chunks of unrotated, 16-byte aligned rows (prm->q_vec) are
  * one vector load, so a thread's chunks are all in flight at once; the rest
- * go element by element. is_bf16: a literal (the instance's dtype). The
- * decode rows and the split-O rows load their Q tiles through it. */
+ * go element by element. is_bf16: a literal (the instance's dtype);
+ * may_rotate: a literal, 0 for rows that refuse rotary (the rotation's code
+ * left out keeps the chunk loads together). The decode rows and the split-O
+ * rows load their Q tiles through it. */
 __device__ __forceinline__ uint4 sdpa_decode_q_chunk(const sdpa_decode_params *prm, int b, int hk,
-                                                     int row, int c, const int is_bf16) {
+                                                     int row, int c, const int is_bf16,
+                                                     const int may_rotate) {
   const sdpa_problem *p = &prm->p;
   const int d = (int)p->d;
   uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -166,11 +169,13 @@ __device__ __forceinline__ uint4 sdpa_decode_q_chunk(const sdpa_decode_params *p
   const int i = sdpa_divmod(row, prm->group, &gi), hh = hk * (int)prm->group.d + gi;
   const uint16_t *qrow = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, i, hh);
   if (prm->q_vec && c * 8 + 8 <= d) return *(const uint4 *)(qrow + c * 8);
-  const int64_t pos = p->rotary_dim > 0 ? sdpa_rotary_q_pos(p, b, i) : 0;
+  const int64_t pos = may_rotate && p->rotary_dim > 0 ? sdpa_rotary_q_pos(p, b, i) : 0;
   float x[8];
 #pragma unroll
   for (int u = 0; u < 8; ++u)
-    x[u] = c * 8 + u < d ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, is_bf16) : 0.f;
+    x[u] = c * 8 + u >= d ? 0.f
+           : may_rotate   ? sdpa_rotary_elem(p, qrow, c * 8 + u, pos, is_bf16)
+                          : sdpa_h2f(qrow[c * 8 + u], is_bf16);
   v.x = is_bf16 ? pack_bf16x2(x[0], x[1]) : pack_f16x2(x[0], x[1]);
   v.y = is_bf16 ? pack_bf16x2(x[2], x[3]) : pack_f16x2(x[2], x[3]);
   v.z = is_bf16 ? pack_bf16x2(x[4], x[5]) : pack_f16x2(x[4], x[5]);

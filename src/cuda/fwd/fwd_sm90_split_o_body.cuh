@@ -228,7 +228,8 @@ __device__ __forceinline__ void so_consume(const sdpa_split_o_params *prm, uint3
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
     const int idx = ctid + u * CTHREADS;
-    qv[u] = sdpa_decode_q_chunk(dp, b, hk, m0 + idx / (HD / 8), idx % (HD / 8), SDPA_FWD_IS_BF16);
+    qv[u] = sdpa_decode_q_chunk(dp, b, hk, m0 + idx / (HD / 8), idx % (HD / 8), SDPA_FWD_IS_BF16,
+                                 0);
   }
 #pragma unroll
   for (int u = 0; u < Q_CHUNKS; ++u) {
