@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "error.h"
+#include "cuda/fastdiv.cuh"
 #include "cuda/staged/stage_copy.h"
 
 enum { STAGE_ROWS = 8, STAGE_MAX_BLOCKS = 65535 };
@@ -31,14 +32,20 @@ STAGE_ROW_COPY(uint4, make_uint4(0u, 0u, 0u, 0u))
  * allow on the caller's side). */
 extern "C" __global__ void __launch_bounds__(32 * STAGE_ROWS)
     sdpa_stage_kernel(char *user, char *staged, const sdpa_stage_shape sh, int to_staged,
-                      int unit) {
+                      int unit, sdpa_fastdiv heads, sdpa_fastdiv rows) {
   const int64_t nrows = sh.outer * sh.rows * sh.heads;
   const int64_t n_cols = sh.cols * sh.elem / unit, n_pcols = sh.pcols * sh.elem / unit;
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, narrow = nrows < 0x7fffffff;
   for (int64_t r = (int64_t)blockIdx.x * STAGE_ROWS + (threadIdx.x >> 5); r < nrows;
        r += (int64_t)gridDim.x * STAGE_ROWS) {
-    const int64_t hh = r % sh.heads, rest = r / sh.heads;
-    const int64_t i = rest % sh.rows, o = rest / sh.rows;
+    int64_t hh, i, o;
+    if (narrow) { /* the common case: two multiply-high divisions, not 64-bit ones */
+      int h32, i32;
+      o = sdpa_divmod(sdpa_divmod((int)r, heads, &h32), rows, &i32);
+      hh = h32, i = i32;
+    } else {
+      hh = r % sh.heads, i = r / sh.heads % sh.rows, o = r / sh.heads / sh.rows;
+    }
     char *u = user + (o * sh.st.sb + i * sh.st.ss + hh * sh.st.sh) * sh.elem;
     char *s = staged + r * sh.pcols * sh.elem;
     char *dst = to_staged ? s : u;
@@ -69,8 +76,10 @@ static sdpa_status stage(char *user, char *staged, const sdpa_stage_shape *sh, i
   if (nrows <= 0 || sh->cols <= 0) return SDPA_OK;
   int64_t blocks = (nrows + STAGE_ROWS - 1) / STAGE_ROWS;
   if (blocks > STAGE_MAX_BLOCKS) blocks = STAGE_MAX_BLOCKS;
-  sdpa_stage_kernel<<<(unsigned)blocks, 32 * STAGE_ROWS, 0, stream>>>(user, staged, *sh, to_staged,
-                                                                     stage_unit(user, sh));
+  const sdpa_fastdiv heads = sdpa_fastdiv_make((uint32_t)(sh->heads < 0x7fffffff ? sh->heads : 1));
+  const sdpa_fastdiv rows = sdpa_fastdiv_make((uint32_t)(sh->rows < 0x7fffffff ? sh->rows : 1));
+  sdpa_stage_kernel<<<(unsigned)blocks, 32 * STAGE_ROWS, 0, stream>>>(
+      user, staged, *sh, to_staged, stage_unit(user, sh), heads, rows);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     return sdpa_fail(SDPA_ERR_CUDA, "the staging copy (rows not 16-byte aligned): kernel launch "

@@ -54,10 +54,10 @@ static void **tensor_slot(sdpa_problem *p, int t, sdpa_bshd **st) {
   }
 }
 
-/* The staged problem over a workspace at base, and the row that runs it
+/* The staged problem, its copies at offsets from STAGE_PROBE_BASE (a run
+ * moves them onto its workspace), and the row that runs it
  * (SDPA_ERR_NOT_SUPPORTED when none does). */
-static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, char *base,
-                                   stage_plan *pl) {
+static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
   memset(pl, 0, sizeof *pl);
   pl->in = *p;
   pl->in.kernel = NULL;
@@ -79,7 +79,7 @@ static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, char *base
     sh->st = *st;
     sh->elem = elem;
     pl->staged[t] = 1;
-    *slot = base + pl->bytes;
+    *slot = STAGE_PROBE_BASE + pl->bytes;
     st->sh = sh->pcols;
     st->ss = sh->heads * sh->pcols;
     st->sb = varlen ? 0 : sh->rows * st->ss;
@@ -92,7 +92,7 @@ static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, char *base
 
 static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, size_t n) {
   stage_plan pl;
-  if (stage_plan_make(p, op, STAGE_PROBE_BASE, &pl) != SDPA_OK) {
+  if (stage_plan_make(p, op, &pl) != SDPA_OK) {
     snprintf(why, n, "no row runs the problem on aligned copies");
     sdpa_clear_error();
     return why;
@@ -109,7 +109,7 @@ static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, s
 
 static size_t staged_workspace(const sdpa_problem *p, sdpa_op op) {
   stage_plan pl;
-  if (stage_plan_make(p, op, STAGE_PROBE_BASE, &pl) != SDPA_OK) {
+  if (stage_plan_make(p, op, &pl) != SDPA_OK) {
     sdpa_clear_error();
     return 0;
   }
@@ -120,12 +120,17 @@ static sdpa_status staged_run(const sdpa_problem *p, sdpa_op op, const char *nam
                               const char *query) {
   cudaStream_t stream = (cudaStream_t)p->stream;
   stage_plan pl;
-  SDPA_TRY(stage_plan_make(p, op, STAGE_PROBE_BASE, &pl));
+  SDPA_TRY(stage_plan_make(p, op, &pl));
   void *ws = NULL;
   int owned = 0;
   SDPA_TRY(sdpa_cuda_ws_acquire(p, pl.bytes + pl.row_ws, 16, name, query, &ws, &owned));
-  sdpa_status st = stage_plan_make(p, op, (char *)ws, &pl);
-  if (st == SDPA_OK && pl.row_ws > 0) {
+  sdpa_status st = SDPA_OK;
+  for (int t = 0; t < ST_N; ++t) { /* the probe's copies moved onto the workspace */
+    sdpa_bshd *unused;
+    void **slot = tensor_slot(&pl.in, t, &unused);
+    if (pl.staged[t]) *slot = (char *)ws + ((char *)*slot - STAGE_PROBE_BASE);
+  }
+  if (pl.row_ws > 0) {
     pl.in.workspace = (char *)ws + pl.bytes;
     pl.in.workspace_size = pl.row_ws;
   }
