@@ -354,7 +354,8 @@ static void build_table(void) {
   /* ---- rows not 16-byte aligned on the staged row (the tensor-core row of
    * the problem on aligned copies): d 100 (rows of 200 bytes) causal with
    * GQA, deterministic; varlen d 36 with dropout; odd padding with a bias
-   * and its dbias summed over heads; only q's rows unaligned (d 3) */
+   * and its dbias summed over heads; d != d_v with a window (varlen padding
+   * rows: test_gpu_bwd.c) */
   ADD(.name = "staged d100 gqa det", .on = ON_BOTH, .dt = BF16, .b = 2, .h = 4, .hk = 2,
       .sq = 150, .sk = 170, .d = 100, .causal = 1, .det = 3, .sm90 = 1, .row = "bwd_staged");
   ADD(.name = "staged varlen d36 dropout", .on = ON_BOTH, .dt = F16, .b = 3, .h = 2, .hk = 1,

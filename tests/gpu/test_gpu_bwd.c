@@ -9,19 +9,22 @@
  * over `det` more runs; the Hopper rows' selection (bwd_sm90_*: explain must
  * select them on sm_90); one CUDA-graph capture with a caller workspace on a
  * non-default stream (a workspace one byte short refused); the refusal of
- * contiguous d = 3 (rows not 16-byte aligned) and of a Hopper bias row for a
- * problem without a bias; and the timing. Every call goes through gpu_bwd
+ * contiguous d = 3 (rows not 16-byte aligned) by the sm80 rows and of a
+ * Hopper bias row for a problem without a bias; varlen padding rows kept
+ * through the staged rows (forward and backward); and the timing. Every call goes through gpu_bwd
  * (the kernel that ran must be the one explain selected).
  *
  *   test_gpu_bwd            the table
  *   test_gpu_bwd --small    one small problem per head-dim bucket and dtype
  *                           (for compute-sanitizer)
+ *   ... --only S            either set, the cases whose name contains S
  *   test_gpu_bwd --bench    timing: bf16, b*s = 16k, h*d = 2048, s = 4096,
  *                           d = 64 / 128 / 256, causal off / on, atomic and
  *                           deterministic dQ, dropout 0.1; TFLOP/s counts 2.5x
  *                           forward FLOPs
  *   test_gpu_bwd --list     the cases, one line each, nothing run
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +167,72 @@ static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b)
   return ok;
 }
 
+/* ---- the staged rows and varlen padding rows --------------------------------------- */
+
+/* Rows past the last sequence (cu_seqlens[b] < total) are the caller's: a
+ * varlen problem with unaligned rows (d 100: rows of 200 bytes) through the
+ * staged rows, forward then backward, must leave out's, dq's, dk's and dv's
+ * padding rows as they were (a sentinel) and write finite rows elsewhere. */
+static void staged_varlen_padding(const case_env *env) {
+  const char *name = "staged varlen padding rows";
+  if (env->only && !strstr(name, env->only)) return;
+  const int64_t b = 2, h = 2, d = 100, tq = 75, tk = 96, nq = 70, nk = 90;
+  const int64_t qs[3] = {tq, h, d}, ks[3] = {tk, h, d}, ls[2] = {h, tq}, cs[1] = {b + 1};
+  dual q = dual_alloc(SDPA_DTYPE_BF16, 3, qs, 0, 0), k = dual_alloc(SDPA_DTYPE_BF16, 3, ks, 0, 0);
+  dual v = dual_alloc(SDPA_DTYPE_BF16, 3, ks, 0, 0), out = dual_alloc(SDPA_DTYPE_BF16, 3, qs, 0, 0);
+  dual dout = dual_alloc(SDPA_DTYPE_BF16, 3, qs, 0, 0), dq = dual_alloc(SDPA_DTYPE_BF16, 3, qs, 0, 0);
+  dual dk = dual_alloc(SDPA_DTYPE_BF16, 3, ks, 0, 0), dv = dual_alloc(SDPA_DTYPE_BF16, 3, ks, 0, 0);
+  dual lse = dual_alloc(SDPA_DTYPE_F32, 2, ls, 0, 0);
+  dual cq = dual_alloc(SDPA_DTYPE_I32, 1, cs, 0, 0), ck = dual_alloc(SDPA_DTYPE_I32, 1, cs, 0, 0);
+  const int32_t cqv[3] = {0, 30, (int32_t)nq}, ckv[3] = {0, 40, (int32_t)nk};
+  memcpy(cq.h.data, cqv, sizeof cqv);
+  memcpy(ck.h.data, ckv, sizeof ckv);
+  dual *ins[4] = {&q, &k, &v, &dout}, *outs[4] = {&out, &dq, &dk, &dv};
+  for (int t = 0; t < 4; ++t) test_fill_normal(&ins[t]->h, &rng, 1.0);
+  for (int t = 0; t < 4; ++t) /* the sentinel: 7 in every row, padding rows included */
+    for (int64_t e = 0; e < test_numel(&outs[t]->h); ++e) test_set(&outs[t]->h, e, 7.0);
+  dual *all[11] = {&q, &k, &v, &dout, &out, &dq, &dk, &dv, &lse, &cq, &ck};
+  for (int t = 0; t < 11; ++t) dual_upload(all[t]);
+  sdpa_fwd_desc f;
+  sdpa_fwd_init(&f);
+  f.attn.device = SDPA_DEVICE_CUDA;
+  f.attn.q = q.d, f.attn.k = k.d, f.attn.v = v.d;
+  f.attn.cu_seqlens_q = cq.d, f.attn.cu_seqlens_k = ck.d;
+  f.attn.max_seqlen_q = 40, f.attn.max_seqlen_k = 50, f.attn.causal = 1;
+  f.out = out.d, f.lse = lse.d;
+  char buf[8192];
+  sdpa_status ex = sdpa_explain_fwd(&f, buf, sizeof buf);
+  gpu_expect_hopper_row(name, ex, buf, "fwd_staged", 1);
+  sdpa_status st = gpu_fwd(&f);
+  TEST_EXPECT(st == SDPA_OK, "%s: forward: %s", name, sdpa_last_error());
+  sdpa_bwd_desc g;
+  sdpa_bwd_init(&g);
+  g.attn = f.attn;
+  g.out = out.d, g.lse = lse.d, g.dout = dout.d, g.dq = dq.d, g.dk = dk.d, g.dv = dv.d;
+  ex = sdpa_explain_bwd(&g, buf, sizeof buf);
+  gpu_expect_hopper_row(name, ex, buf, "bwd_staged", 1);
+  st = gpu_bwd(&g);
+  TEST_EXPECT(st == SDPA_OK, "%s: backward: %s", name, sdpa_last_error());
+  CUDA_OK(cudaDeviceSynchronize());
+  const char *names[4] = {"out", "dq", "dk", "dv"};
+  for (int t = 0; t < 4; ++t) {
+    dual_download(outs[t]);
+    const int64_t rows = t < 2 ? nq : nk, per = h * d, n = test_numel(&outs[t]->h);
+    int64_t changed = 0, bad = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const double x = test_get(&outs[t]->h, e);
+      if (e >= rows * per)
+        changed += x != 7.0;
+      else
+        bad += !isfinite(x);
+    }
+    TEST_EXPECT(changed == 0 && bad == 0,
+                "%s: %s: %lld padding elements changed, %lld non-finite in the sequences' rows",
+                name, names[t], (long long)changed, (long long)bad);
+  }
+  for (int t = 0; t < 11; ++t) dual_free(all[t]);
+}
+
 /* ---- timing ------------------------------------------------------------------------- */
 static void bench(void) {
   const int64_t ds[3] = {64, 128, 256};
@@ -240,5 +309,6 @@ int main(int argc, char **argv) {
     return test_summary();
   }
   bwd_cases_run(&env, cuda_bwd);
+  if (!env.list && !env.small) staged_varlen_padding(&env);
   return env.list ? 0 : test_summary();
 }

@@ -4,9 +4,10 @@
  * 16-byte aligned, which only the SIMT rows take as it is, runs on the
  * tensor-core row that takes the same problem on aligned copies
  * (docs/design.md §6, staged rows). Each unaligned tensor gets a contiguous
- * copy whose rows are padded to 16 bytes (stage_copy.cu); the inputs are
- * copied in, the row the registry picks for the staged problem runs, the
- * unaligned outputs are copied back. The copies live in the call's
+ * copy whose rows are padded to 16 bytes (stage_copy.cu); the inputs (and
+ * for varlen the outputs, whose padding rows no row writes) are copied in,
+ * the row the registry picks for the staged problem runs, the unaligned
+ * outputs are copied back. The copies live in the call's
  * workspace, ahead of that row's own. A row refuses (and the SIMT row runs
  * the problem) when the staged problem would go to a row that takes
  * unaligned rows anyway.
@@ -90,11 +91,25 @@ static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan
   return SDPA_OK;
 }
 
+/* stage_plan_make for a refusal or a size, which leave the caller's error
+ * message as it was (a failed nested dispatch words its own). */
+static sdpa_status stage_plan_quiet(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", sdpa_last_error());
+  const sdpa_status st = stage_plan_make(p, op, pl);
+  if (st != SDPA_OK) {
+    if (saved[0])
+      sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "%s", saved);
+    else
+      sdpa_clear_error();
+  }
+  return st;
+}
+
 static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, size_t n) {
   stage_plan pl;
-  if (stage_plan_make(p, op, &pl) != SDPA_OK) {
+  if (stage_plan_quiet(p, op, &pl) != SDPA_OK) {
     snprintf(why, n, "no row runs the problem on aligned copies");
-    sdpa_clear_error();
     return why;
   }
   if (pl.row->features & SDPA_FEAT_UNALIGNED) {
@@ -109,10 +124,7 @@ static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, s
 
 static size_t staged_workspace(const sdpa_problem *p, sdpa_op op) {
   stage_plan pl;
-  if (stage_plan_make(p, op, &pl) != SDPA_OK) {
-    sdpa_clear_error();
-    return 0;
-  }
+  if (stage_plan_quiet(p, op, &pl) != SDPA_OK) return 0;
   return pl.bytes + pl.row_ws;
 }
 
@@ -134,15 +146,19 @@ static sdpa_status staged_run(const sdpa_problem *p, sdpa_op op, const char *nam
     pl.in.workspace = (char *)ws + pl.bytes;
     pl.in.workspace_size = pl.row_ws;
   }
+  /* the inputs; varlen outputs too: rows past the last sequence (padding,
+   * cu_seqlens[b] < total) are the caller's, which no row writes */
   const int last_in = op == SDPA_OP_BWD ? ST_DOUT : ST_V;
-  for (int t = 0; st == SDPA_OK && t <= last_in; ++t) {
+  const int n_tensors = op == SDPA_OP_BWD ? ST_N : ST_DOUT;
+  const int copy_in = p->layout == SDPA_LAYOUT_VARLEN ? n_tensors - 1 : last_in;
+  for (int t = 0; st == SDPA_OK && t <= copy_in; ++t) {
     if (!pl.staged[t]) continue;
     sdpa_bshd *unused;
     st = sdpa_stage_in(*tensor_slot(&pl.in, t, &unused), *tensor_slot((sdpa_problem *)p, t, &unused),
                        &pl.sh[t], stream);
   }
   if (st == SDPA_OK) st = pl.row->run(&pl.in, pl.row);
-  for (int t = last_in + 1; st == SDPA_OK && t < (op == SDPA_OP_BWD ? ST_N : ST_DOUT); ++t) {
+  for (int t = last_in + 1; st == SDPA_OK && t < n_tensors; ++t) {
     if (!pl.staged[t]) continue;
     sdpa_bshd *unused;
     st = sdpa_stage_out(*tensor_slot((sdpa_problem *)p, t, &unused), *tensor_slot(&pl.in, t, &unused),
