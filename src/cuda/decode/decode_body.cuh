@@ -73,11 +73,6 @@
 #endif
 #define DEC_WORKSPACE SDPA_PASTE(SDPA_KERNEL_NAME, _workspace)
 
-#if SDPA_FWD_IS_BF16
-#define DEC_PACK pack_bf16x2
-#else
-#define DEC_PACK pack_f16x2
-#endif
 
 /* ---- geometry ---------------------------------------------------------------- */
 enum {
@@ -469,8 +464,8 @@ extern "C" __global__ void DEC_BOUNDS
     const int i = sdpa_divmod(row, prm.group, &gi), hh = hk * G + gi;
     if (prm.splits.d == 1) {
       uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh) + c * 8;
-      store_chunk16(dst, make_uint4(DEC_PACK(acc[0], acc[1]), DEC_PACK(acc[2], acc[3]),
-                                    DEC_PACK(acc[4], acc[5]), DEC_PACK(acc[6], acc[7])),
+      store_chunk16(dst, make_uint4(SDPA_PACK(acc[0], acc[1]), SDPA_PACK(acc[2], acc[3]),
+                                    SDPA_PACK(acc[4], acc[5]), SDPA_PACK(acc[6], acc[7])),
                     d - c * 8);
       if (p->lse && c == 0) p->lse[sdpa_lse_offset(p, b, i, hh)] = total2 * SDPA_LN2;
     } else {
@@ -655,7 +650,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_DECODE_WIDE
 #undef SDPA_DECODE_LEAN
 #undef DEC_BOUNDS
-#undef DEC_PACK
 #undef DEC_WORKSPACE
 #include "cuda/fwd/fwd_names_undef.cuh"
 #include "cuda/row_undef.cuh"

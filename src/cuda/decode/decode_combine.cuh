@@ -77,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(CB_THREADS)
   const float v[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
   uint16_t *dst = (uint16_t *)p->out + sdpa_q_offset(p, p->o_st, b, i, hh) + c4 * 4;
   if (c4 * 4 + 4 <= d) { /* out rows are 16-byte aligned (the decode rows' condition) */
-    *(uint2 *)dst = make_uint2(DEC_PACK(v[0], v[1]), DEC_PACK(v[2], v[3]));
+    *(uint2 *)dst = make_uint2(SDPA_PACK(v[0], v[1]), SDPA_PACK(v[2], v[3]));
   } else if (cols) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)

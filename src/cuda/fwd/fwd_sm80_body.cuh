@@ -82,11 +82,6 @@
 #define SDPA_MMA(d, a, b) mma_m16n8k16(d, a, b, SDPA_FWD_IS_BF16)
 #define SDPA_LO(w) fwd_half_to_f32(w, 0, SDPA_FWD_IS_BF16)
 #define SDPA_HI(w) fwd_half_to_f32(w, 1, SDPA_FWD_IS_BF16)
-#if SDPA_FWD_IS_BF16
-#define SDPA_PACK pack_bf16x2
-#else
-#define SDPA_PACK pack_f16x2
-#endif
 
 /* ---- geometry ---------------------------------------------------------------- */
 typedef uint16_t tile_elem; /* what load_tile copies */
@@ -554,7 +549,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 }
 
 #undef SDPA_MMA
-#undef SDPA_PACK
 #undef SDPA_LO
 #undef SDPA_HI
 #undef SDPA_FULL

@@ -67,13 +67,6 @@
 
 #include "cuda/fwd/fwd_names.cuh"
 
-#if SDPA_FWD_IS_BF16
-#define SDPA_PACK pack_bf16x2
-#define SDPA_TY bf16
-#else
-#define SDPA_PACK pack_f16x2
-#define SDPA_TY f16
-#endif
 /* S = Q K^T is m64n<BLOCK_N>, O += P V is m64n<DV> (the bucket but in a _dv row) */
 #define SDPA_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
 #ifndef SDPA_DV
@@ -665,7 +658,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_FWD_SM90_DROP
 #undef SDPA_WG_PV
 #undef SDPA_DV
-#undef SDPA_PACK
-#undef SDPA_TY
 #include "cuda/fwd/fwd_names_undef.cuh"
 #include "cuda/row_undef.cuh"

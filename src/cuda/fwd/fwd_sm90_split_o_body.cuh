@@ -63,14 +63,6 @@
 
 #include "cuda/fwd/fwd_names.cuh"
 
-#if SDPA_FWD_IS_BF16
-#define DEC_PACK pack_bf16x2
-#define SO_TY bf16
-#else
-#define DEC_PACK pack_f16x2
-#define SO_TY f16
-#endif
-
 #ifdef SDPA_V_LATENT
 #define SO_LATENT 1
 #define SO_DV SDPA_V_LATENT
@@ -107,12 +99,15 @@ enum {
   TILE_Q = BM * HD * 2,
   TILE_K = BN * HD * 2,
   STAGE = TILE_K + NCBV * BN * ROWB, /* a stage: K's column blocks, then V's */
-  /* as many stages as fit beside Q (at most 4): 3 at d 384, 2 at 512 and latent 576 */
-  STAGES_FIT = (227 * 1024 - 1024 - 64 - TILE_Q) / STAGE,
-  STAGES = STAGES_FIT < 4 ? STAGES_FIT : 4,
+  SMEM_LIMIT = 227 * 1024, /* an sm_90 block's dynamic shared memory */
+  ALIGN_SLACK = 1024,      /* the base rounded up to 1024 bytes */
+  MAX_STAGES = 4,
+  /* as many stages as fit beside Q and their barriers: 3 at d 384, 2 at 512 and latent 576 */
+  STAGES_FIT = (SMEM_LIMIT - ALIGN_SLACK - 2 * MAX_STAGES * 8 - TILE_Q) / STAGE,
+  STAGES = STAGES_FIT < MAX_STAGES ? STAGES_FIT : MAX_STAGES,
   OFF_K = TILE_Q,
   OFF_BAR = OFF_K + STAGES * STAGE,
-  SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + 1024, /* full and empty barriers; slack to align to 1024 */
+  SMEM_BYTES = OFF_BAR + 2 * STAGES * 8 + ALIGN_SLACK, /* full and empty barriers a stage */
   Q_CHUNKS = BM * HD / 8 / CTHREADS, /* 16-byte chunks of Q a consumer thread loads */
   BAR_Q = 1,       /* named barriers: Q stored, a tile's tail zeroed, the turns */
   BAR_TAIL = 2,
@@ -124,15 +119,15 @@ static_assert(!LATENT || DV <= HD, "a latent V is inside K's columns");
 static_assert(BM == 64 && (BN == 32 || BN == 64) && NTHREADS == 384,
               "64 rows, 32 or 64 keys, 3 warpgroups");
 static_assert((BM * HD / 8) % CTHREADS == 0, "Q's chunks spread evenly over the consumers");
-static_assert(STAGES >= 2 && SMEM_BYTES <= 227 * 1024, "two stages at least, shared memory");
+static_assert(STAGES >= 2 && SMEM_BYTES <= SMEM_LIMIT, "two stages at least, shared memory");
 
-#define SO_WG_QK SDPA_PASTE(SDPA_PASTE(SDPA_PASTE(wgmma_ss_m64n, SDPA_BLOCK_N), _), SO_TY)
+#define SO_WG_QK SDPA_PASTE3(wgmma_ss_m64n, SDPA_BLOCK_N, SDPA_PASTE(_, SDPA_TY))
 #if SO_DV == 512
-#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n256_, SO_TY)
+#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n256_, SDPA_TY)
 #elif SO_DV == 384
-#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n192_, SO_TY)
+#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n192_, SDPA_TY)
 #elif SO_DV == 256
-#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n128_, SO_TY)
+#define SO_WG_PV SDPA_PASTE(wgmma_rs_m64n128_, SDPA_TY)
 #else
 #error "V's columns (SDPA_V_LATENT, SDPA_V_COLS or SDPA_HDIM): 256, 384 or 512"
 #endif
@@ -335,7 +330,7 @@ __device__ __forceinline__ void so_consume(const sdpa_split_o_params *prm, uint3
         const int col = c0 + dt * 8 + 2 * t;
         const float x0 = o[0][dt][2 * hf] * inv, x1 = o[0][dt][2 * hf + 1] * inv;
         if (col + 1 < dv)
-          *(uint32_t *)(dst + col) = DEC_PACK(x0, x1);
+          *(uint32_t *)(dst + col) = SDPA_PACK(x0, x1);
         else if (col < dv)
           store_cvt_16(dst + col, x0, SDPA_FWD_IS_BF16);
       }
@@ -499,8 +494,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SO_WG_PV
 #undef SO_DV
 #undef SO_LATENT
-#undef SO_TY
-#undef DEC_PACK
 #undef SDPA_V_LATENT
 #undef SDPA_V_COLS
 #include "cuda/fwd/fwd_names_undef.cuh"
