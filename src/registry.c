@@ -248,6 +248,18 @@ static int current_arch(const sdpa_problem *p) {
   return 0;
 }
 
+const sdpa_kernel_row *sdpa_registry_first(const sdpa_problem *p, sdpa_op op) {
+  const int arch = current_arch(p);
+  const unsigned f = sdpa_problem_features(p);
+  char why[256];
+  for (int i = 0; i < sdpa_registry_count(); ++i) {
+    const sdpa_kernel_row *row = &rows[i];
+    if (row->op != op || row->device != p->device) continue;
+    if (row_check(row, p, arch, f, why, sizeof why) == FITS) return row;
+  }
+  return NULL;
+}
+
 sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **out) {
   const char *opname = op == SDPA_OP_FWD ? "forward" : "backward";
   int arch = current_arch(p);
@@ -268,15 +280,8 @@ sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_r
                      p->kernel, opname);
   }
   /* the first row that fits, tested without words ... */
-  const unsigned f = sdpa_problem_features(p);
-  for (int i = 0; i < sdpa_registry_count(); ++i) {
-    const sdpa_kernel_row *row = &rows[i];
-    if (row->op != op || row->device != p->device) continue;
-    if (row_check(row, p, arch, f, why, sizeof why) == FITS) {
-      *out = row;
-      return SDPA_OK;
-    }
-  }
+  *out = sdpa_registry_first(p, op);
+  if (*out) return SDPA_OK;
   /* ... and only when none does, every refusal worded for the message */
   char msg[900];
   size_t used = 0;

@@ -98,6 +98,10 @@ const sdpa_kernel_row *sdpa_registry_row(int i);
 const char *sdpa_row_refusal(const sdpa_kernel_row *row, const sdpa_problem *p, int arch,
                              char *why, size_t n);
 
+/* The first row of op that supports p, or NULL; no message either way (p->kernel
+ * not read): what sdpa_dispatch picks unforced, for a row that runs another. */
+const sdpa_kernel_row *sdpa_registry_first(const sdpa_problem *p, sdpa_op op);
+
 /* The first row of op that supports p (honouring p->kernel), or
  * SDPA_ERR_NOT_SUPPORTED with every refusal in the message. */
 sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **row);

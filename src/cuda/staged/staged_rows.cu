@@ -12,6 +12,7 @@
  * the problem) when the staged problem would go to a row that takes
  * unaligned rows anyway.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,7 +27,30 @@
 
 enum { ST_Q, ST_K, ST_V, ST_OUT, ST_DOUT, ST_DQ, ST_DK, ST_DV, ST_N };
 
-static const char *const tensor_names[ST_N] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"};
+/* The tensors a staged row may copy (in this order: a forward reads those
+ * before out and writes out; a backward reads those up to dout and writes
+ * the rest): where the problem keeps each, whether its rows are q's (else
+ * k's) and whether it has d columns (else d_v). */
+typedef struct stage_tensor {
+  const char *name;
+  size_t ptr, st; /* offsetof the base pointer and of its strides in sdpa_problem */
+  int qlike, of_d;
+} stage_tensor;
+
+#define STAGE_TENSOR(NAME, ST, QLIKE, OF_D) \
+  {#NAME, offsetof(sdpa_problem, NAME), offsetof(sdpa_problem, ST), QLIKE, OF_D}
+static const stage_tensor tensors[ST_N] = {
+    STAGE_TENSOR(q, q_st, 1, 1),     STAGE_TENSOR(k, k_st, 0, 1),   STAGE_TENSOR(v, v_st, 0, 0),
+    STAGE_TENSOR(out, o_st, 1, 0),   STAGE_TENSOR(dout, do_st, 1, 0), STAGE_TENSOR(dq, dq_st, 1, 1),
+    STAGE_TENSOR(dk, dk_st, 0, 1),   STAGE_TENSOR(dv, dv_st, 0, 0)};
+#undef STAGE_TENSOR
+
+static void **tensor_ptr(const sdpa_problem *p, int t) {
+  return (void **)((char *)p + tensors[t].ptr);
+}
+static sdpa_bshd *tensor_strides(sdpa_problem *p, int t) {
+  return (sdpa_bshd *)((char *)p + tensors[t].st);
+}
 
 /* An address for sizing and refusing before the workspace exists: aligned,
  * never dereferenced (the rows' refuse functions only encode it). */
@@ -41,24 +65,10 @@ typedef struct stage_plan {
   size_t row_ws;                 /* its workspace */
 } stage_plan;
 
-/* Tensor t of problem p: its base pointer's slot and its strides. */
-static void **tensor_slot(sdpa_problem *p, int t, sdpa_bshd **st) {
-  switch (t) {
-  case ST_Q: *st = &p->q_st; return (void **)&p->q;
-  case ST_K: *st = &p->k_st; return (void **)&p->k;
-  case ST_V: *st = &p->v_st; return (void **)&p->v;
-  case ST_OUT: *st = &p->o_st; return &p->out;
-  case ST_DOUT: *st = &p->do_st; return (void **)&p->dout;
-  case ST_DQ: *st = &p->dq_st; return &p->dq;
-  case ST_DK: *st = &p->dk_st; return &p->dk;
-  default: *st = &p->dv_st; return &p->dv;
-  }
-}
-
 /* The staged problem, its copies at offsets from STAGE_PROBE_BASE (a run
- * moves them onto its workspace), and the row that runs it
- * (SDPA_ERR_NOT_SUPPORTED when none does). */
-static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
+ * moves them onto its workspace), and the row that runs it: 0 when no row
+ * does (nothing worded: a refusal words it, a run fails). */
+static int stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
   memset(pl, 0, sizeof *pl);
   pl->in = *p;
   pl->in.kernel = NULL;
@@ -67,48 +77,34 @@ static sdpa_status stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan
   const int elem = p->dtype == SDPA_DTYPE_F32 ? 4 : 2, per16 = 16 / elem;
   const int varlen = p->layout == SDPA_LAYOUT_VARLEN;
   for (int t = 0; t < (op == SDPA_OP_BWD ? ST_N : ST_DOUT); ++t) {
-    sdpa_bshd *st;
-    void **slot = tensor_slot(&pl->in, t, &st);
-    if (!sdpa_rows_misaligned(*slot, p->dtype, st)) continue;
-    const int qlike = t == ST_Q || t == ST_OUT || t == ST_DOUT || t == ST_DQ;
+    void **ptr = tensor_ptr(&pl->in, t);
+    sdpa_bshd *st = tensor_strides(&pl->in, t);
+    if (!sdpa_rows_misaligned(*ptr, p->dtype, st)) continue;
+    const int qlike = tensors[t].qlike;
     sdpa_stage_shape *sh = &pl->sh[t];
     sh->outer = varlen ? 1 : p->b;
     sh->rows = varlen ? (qlike ? p->total_q : p->total_k) : (qlike ? p->s_q : p->s_k);
     sh->heads = qlike ? p->h : p->h_k;
-    sh->cols = (t == ST_Q || t == ST_K || t == ST_DQ || t == ST_DK) ? p->d : p->d_v;
+    sh->cols = tensors[t].of_d ? p->d : p->d_v;
     sh->pcols = (sh->cols + per16 - 1) / per16 * per16;
     sh->st = *st;
     sh->elem = elem;
     pl->staged[t] = 1;
-    *slot = STAGE_PROBE_BASE + pl->bytes;
+    *ptr = STAGE_PROBE_BASE + pl->bytes;
     st->sh = sh->pcols;
     st->ss = sh->heads * sh->pcols;
     st->sb = varlen ? 0 : sh->rows * st->ss;
     pl->bytes += ((size_t)(sh->outer * sh->rows * sh->heads * sh->pcols) * elem + 255) & ~(size_t)255;
   }
-  SDPA_TRY(sdpa_dispatch(&pl->in, op, &pl->row));
+  pl->row = sdpa_registry_first(&pl->in, op);
+  if (!pl->row) return 0;
   pl->row_ws = pl->row->workspace ? pl->row->workspace(&pl->in, pl->row) : 0;
-  return SDPA_OK;
-}
-
-/* stage_plan_make for a refusal or a size, which leave the caller's error
- * message as it was (a failed nested dispatch words its own). */
-static sdpa_status stage_plan_quiet(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
-  char saved[1024];
-  snprintf(saved, sizeof saved, "%s", sdpa_last_error());
-  const sdpa_status st = stage_plan_make(p, op, pl);
-  if (st != SDPA_OK) {
-    if (saved[0])
-      sdpa_fail(SDPA_ERR_NOT_SUPPORTED, "%s", saved);
-    else
-      sdpa_clear_error();
-  }
-  return st;
+  return 1;
 }
 
 static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, size_t n) {
   stage_plan pl;
-  if (stage_plan_quiet(p, op, &pl) != SDPA_OK) {
+  if (!stage_plan_make(p, op, &pl)) {
     snprintf(why, n, "no row runs the problem on aligned copies");
     return why;
   }
@@ -118,30 +114,30 @@ static const char *staged_refuse(const sdpa_problem *p, sdpa_op op, char *why, s
   }
   int used = snprintf(why, n, "runs %s on 16-byte aligned copies of", pl.row->name);
   for (int t = 0; t < ST_N && used > 0 && (size_t)used < n; ++t)
-    if (pl.staged[t]) used += snprintf(why + used, n - (size_t)used, " %s", tensor_names[t]);
+    if (pl.staged[t]) used += snprintf(why + used, n - (size_t)used, " %s", tensors[t].name);
   return NULL;
 }
 
 static size_t staged_workspace(const sdpa_problem *p, sdpa_op op) {
   stage_plan pl;
-  if (stage_plan_quiet(p, op, &pl) != SDPA_OK) return 0;
-  return pl.bytes + pl.row_ws;
+  return stage_plan_make(p, op, &pl) ? pl.bytes + pl.row_ws : 0;
 }
 
 static sdpa_status staged_run(const sdpa_problem *p, sdpa_op op, const char *name,
                               const char *query) {
   cudaStream_t stream = (cudaStream_t)p->stream;
   stage_plan pl;
-  SDPA_TRY(stage_plan_make(p, op, &pl));
+  if (!stage_plan_make(p, op, &pl))
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: no row runs the problem on aligned copies", name);
   void *ws = NULL;
   int owned = 0;
   SDPA_TRY(sdpa_cuda_ws_acquire(p, pl.bytes + pl.row_ws, 16, name, query, &ws, &owned));
   sdpa_status st = SDPA_OK;
-  for (int t = 0; t < ST_N; ++t) { /* the probe's copies moved onto the workspace */
-    sdpa_bshd *unused;
-    void **slot = tensor_slot(&pl.in, t, &unused);
-    if (pl.staged[t]) *slot = (char *)ws + ((char *)*slot - STAGE_PROBE_BASE);
-  }
+  for (int t = 0; t < ST_N; ++t) /* the probe's copies moved onto the workspace */
+    if (pl.staged[t]) {
+      void **ptr = tensor_ptr(&pl.in, t);
+      *ptr = (char *)ws + ((char *)*ptr - STAGE_PROBE_BASE);
+    }
   if (pl.row_ws > 0) {
     pl.in.workspace = (char *)ws + pl.bytes;
     pl.in.workspace_size = pl.row_ws;
@@ -151,19 +147,11 @@ static sdpa_status staged_run(const sdpa_problem *p, sdpa_op op, const char *nam
   const int last_in = op == SDPA_OP_BWD ? ST_DOUT : ST_V;
   const int n_tensors = op == SDPA_OP_BWD ? ST_N : ST_DOUT;
   const int copy_in = p->layout == SDPA_LAYOUT_VARLEN ? n_tensors - 1 : last_in;
-  for (int t = 0; st == SDPA_OK && t <= copy_in; ++t) {
-    if (!pl.staged[t]) continue;
-    sdpa_bshd *unused;
-    st = sdpa_stage_in(*tensor_slot(&pl.in, t, &unused), *tensor_slot((sdpa_problem *)p, t, &unused),
-                       &pl.sh[t], stream);
-  }
+  for (int t = 0; st == SDPA_OK && t <= copy_in; ++t)
+    if (pl.staged[t]) st = sdpa_stage_in(*tensor_ptr(&pl.in, t), *tensor_ptr(p, t), &pl.sh[t], stream);
   if (st == SDPA_OK) st = pl.row->run(&pl.in, pl.row);
-  for (int t = last_in + 1; st == SDPA_OK && t < n_tensors; ++t) {
-    if (!pl.staged[t]) continue;
-    sdpa_bshd *unused;
-    st = sdpa_stage_out(*tensor_slot((sdpa_problem *)p, t, &unused), *tensor_slot(&pl.in, t, &unused),
-                        &pl.sh[t], stream);
-  }
+  for (int t = last_in + 1; st == SDPA_OK && t < n_tensors; ++t)
+    if (pl.staged[t]) st = sdpa_stage_out(*tensor_ptr(p, t), *tensor_ptr(&pl.in, t), &pl.sh[t], stream);
   sdpa_trace_run(name); /* after the staged row's own: the row dispatch chose */
   return sdpa_cuda_ws_release(p, ws, owned, st, name);
 }
