@@ -252,6 +252,19 @@ static int lists_whole(const char *explain, const char *row) {
   return 0;
 }
 
+void gpu_expect_declined(const char *name, const char *explain, const char *line_key,
+                         const char *why, const char *selected, const char *runs) {
+  char sel[160], note[160];
+  snprintf(sel, sizeof sel, "selected: %s\n", selected);
+  snprintf(note, sizeof note, "runs %s on", runs ? runs : "");
+  const char *line = strstr(explain, line_key), *eol = line ? strchr(line, '\n') : NULL;
+  const char *hit = line ? strstr(line, why) : NULL;
+  TEST_EXPECT(strncmp(explain, sel, strlen(sel)) == 0 && hit && hit < eol &&
+                  (!runs || strstr(explain, note)),
+              "%s: expected %s, with %s declining: '%s'%s%s:\n%s", name, selected, line_key, why,
+              runs ? ", running " : "", runs ? runs : "", explain);
+}
+
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
                            const char *prefix, int whole) {
   if (!gpu_sm90_lists(name, explain_status, explain, prefix)) return;

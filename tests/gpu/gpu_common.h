@@ -69,6 +69,12 @@ void gpu_twins_free(gpu_twins *w);
  * the row named prefix itself (a test failure naming the case otherwise). */
 void gpu_expect_hopper_row(const char *name, sdpa_status explain_status, const char *explain,
                            const char *prefix, int whole);
+/* A declined row's check: explain's text must select `selected` and the
+ * line starting with `line_key` (the declining row's) must say `why`; with
+ * `runs` (the staged rows) the text must also name that row as the one run
+ * on aligned copies. A test failure naming `name` otherwise. */
+void gpu_expect_declined(const char *name, const char *explain, const char *line_key,
+                         const char *why, const char *selected, const char *runs);
 /* 1 on a device of compute capability 9 whose explain text lists `row` (a row
  * name, or the start of one): the build has the row and the GPU can run it.
  * There the explain call (explain_status) must have succeeded: a test failure

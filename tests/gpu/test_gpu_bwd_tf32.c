@@ -87,17 +87,9 @@ static void check_dispatch(const bcase *c, const bbufs *f, const char *refuse) {
     return;
   }
   snprintf(want, sizeof want, "  %s ", row ? row : "bwd_tf32_");
-  const char *line = strstr(buf, want), *eol = line ? strchr(line, '\n') : NULL;
-  const char *hit = line ? strstr(line, refuse) : NULL;
   const int staged = strcmp(refuse, "unaligned") == 0;
-  const char *sel = staged ? "selected: bwd_staged\n" : "selected: bwd_simt\n";
-  char note[160];
-  snprintf(note, sizeof note, "runs %s on", row ? row : "bwd_tf32_");
-  TEST_EXPECT(strncmp(buf, sel, strlen(sel)) == 0 && hit && hit < eol &&
-                  (!staged || strstr(buf, note)),
-              "%s: expected %.*s, with %s declining: '%s'%s:\n%s", c->name,
-              (int)strlen(sel) - 11, sel + 10, want + 2, refuse,
-              staged ? " (and the staged row running it)" : "", buf);
+  gpu_expect_declined(c->name, buf, want, refuse, staged ? "bwd_staged" : "bwd_simt",
+                      staged ? (row ? row : "bwd_tf32_") : NULL);
 }
 
 /* One case: dispatch, one run checked against the oracle; det_runs > 0 runs

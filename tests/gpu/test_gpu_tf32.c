@@ -236,17 +236,8 @@ static void check_dispatch(const tcase *c, const tbufs *f) {
   if (!row) row = tf32_last_row();
   char key[160];
   snprintf(key, sizeof key, "  %s", row ? row : "fwd_tf32_");
-  const char *line = strstr(buf, key);
-  const char *eol = line ? strchr(line, '\n') : NULL;
-  const char *hit = line ? strstr(line, c->refuse) : NULL;
-  const char *sel = c->staged ? "selected: fwd_staged\n" : "selected: fwd_simt\n";
-  char note[160];
-  snprintf(note, sizeof note, "runs %s on", row ? row : "fwd_tf32_");
-  TEST_EXPECT(strncmp(buf, sel, strlen(sel)) == 0 && hit && hit < eol &&
-                  (!c->staged || strstr(buf, note)),
-              "%s: expected %.*s, with %s declining: '%s'%s:\n%s", c->name,
-              (int)strlen(sel) - 11, sel + 10, key + 2, c->refuse,
-              c->staged ? " (and the staged row running it)" : "", buf);
+  gpu_expect_declined(c->name, buf, key, c->refuse, c->staged ? "fwd_staged" : "fwd_simt",
+                      c->staged ? (row ? row : "fwd_tf32_") : NULL);
 }
 
 static const char *only; /* run only the cases whose name contains this (argv[1]) */
