@@ -117,8 +117,10 @@ unsigned sdpa_problem_features(const sdpa_problem *p) {
   if (p->seqused_k) f |= SDPA_FEAT_SEQUSED;
   if (sdpa_problem_empty(p)) f |= SDPA_FEAT_EMPTY;
   if (p->dlse) f |= SDPA_FEAT_DLSE;
-  if (sdpa_rows_misaligned(p->q, p->dtype, &p->q_st) || sdpa_rows_misaligned(p->k, p->dtype, &p->k_st) ||
-      sdpa_rows_misaligned(p->v, p->dtype, &p->v_st) || sdpa_rows_misaligned(p->out, p->dtype, &p->o_st) ||
+  if (sdpa_rows_misaligned(p->q, p->dtype, &p->q_st) ||
+      sdpa_rows_misaligned(p->k, p->dtype, &p->k_st) ||
+      sdpa_rows_misaligned(p->v, p->dtype, &p->v_st) ||
+      sdpa_rows_misaligned(p->out, p->dtype, &p->o_st) ||
       (p->is_bwd && (sdpa_rows_misaligned(p->dout, p->dtype, &p->do_st) ||
                      sdpa_rows_misaligned(p->dq, p->dtype, &p->dq_st) ||
                      sdpa_rows_misaligned(p->dk, p->dtype, &p->dk_st) ||

@@ -40,9 +40,9 @@ typedef struct stage_tensor {
 #define STAGE_TENSOR(NAME, ST, QLIKE, OF_D) \
   {#NAME, offsetof(sdpa_problem, NAME), offsetof(sdpa_problem, ST), QLIKE, OF_D}
 static const stage_tensor tensors[ST_N] = {
-    STAGE_TENSOR(q, q_st, 1, 1),     STAGE_TENSOR(k, k_st, 0, 1),   STAGE_TENSOR(v, v_st, 0, 0),
-    STAGE_TENSOR(out, o_st, 1, 0),   STAGE_TENSOR(dout, do_st, 1, 0), STAGE_TENSOR(dq, dq_st, 1, 1),
-    STAGE_TENSOR(dk, dk_st, 0, 1),   STAGE_TENSOR(dv, dv_st, 0, 0)};
+    STAGE_TENSOR(q, q_st, 1, 1),      STAGE_TENSOR(k, k_st, 0, 1),   STAGE_TENSOR(v, v_st, 0, 0),
+    STAGE_TENSOR(out, o_st, 1, 0),    STAGE_TENSOR(dout, do_st, 1, 0),
+    STAGE_TENSOR(dq, dq_st, 1, 1),    STAGE_TENSOR(dk, dk_st, 0, 1), STAGE_TENSOR(dv, dv_st, 0, 0)};
 #undef STAGE_TENSOR
 
 static void **tensor_ptr(const sdpa_problem *p, int t) {
@@ -94,7 +94,8 @@ static int stage_plan_make(const sdpa_problem *p, sdpa_op op, stage_plan *pl) {
     st->sh = sh->pcols;
     st->ss = sh->heads * sh->pcols;
     st->sb = varlen ? 0 : sh->rows * st->ss;
-    pl->bytes += ((size_t)(sh->outer * sh->rows * sh->heads * sh->pcols) * elem + 255) & ~(size_t)255;
+    const size_t bytes = (size_t)(sh->outer * sh->rows * sh->heads * sh->pcols) * elem;
+    pl->bytes += (bytes + 255) & ~(size_t)255;
   }
   pl->row = sdpa_registry_first(&pl->in, op);
   if (!pl->row) return 0;
@@ -148,10 +149,12 @@ static sdpa_status staged_run(const sdpa_problem *p, sdpa_op op, const char *nam
   const int n_tensors = op == SDPA_OP_BWD ? ST_N : ST_DOUT;
   const int copy_in = p->layout == SDPA_LAYOUT_VARLEN ? n_tensors - 1 : last_in;
   for (int t = 0; st == SDPA_OK && t <= copy_in; ++t)
-    if (pl.staged[t]) st = sdpa_stage_in(*tensor_ptr(&pl.in, t), *tensor_ptr(p, t), &pl.sh[t], stream);
+    if (pl.staged[t])
+      st = sdpa_stage_in(*tensor_ptr(&pl.in, t), *tensor_ptr(p, t), &pl.sh[t], stream);
   if (st == SDPA_OK) st = pl.row->run(&pl.in, pl.row);
   for (int t = last_in + 1; st == SDPA_OK && t < n_tensors; ++t)
-    if (pl.staged[t]) st = sdpa_stage_out(*tensor_ptr(p, t), *tensor_ptr(&pl.in, t), &pl.sh[t], stream);
+    if (pl.staged[t])
+      st = sdpa_stage_out(*tensor_ptr(p, t), *tensor_ptr(&pl.in, t), &pl.sh[t], stream);
   sdpa_trace_run(name); /* after the staged row's own: the row dispatch chose */
   return sdpa_cuda_ws_release(p, ws, owned, st, name);
 }
