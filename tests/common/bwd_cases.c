@@ -258,12 +258,20 @@ static void build_table(void) {
     .sk = 170, .d = 64, .varlen = 1, .causal = 1);
   H(.name = "sm90_d256_varlen_det", .dt = BF16, .b = 3, .h = 2, .hk = 1, .sq = 130, .sk = 140,
     .d = 256, .varlen = 1, .window = 1, .wl = 60, .wr = 5, .det = 5);
+  /* the warp-specialized d 128 rows (not deterministic: the case above goes
+   * on to bwd_sm90_f16_hd128): varlen with GQA packing and a partial last
+   * query step, dropout under a window, more query steps than stages */
+  H(.name = "sm90ws_d128_varlen_gqa4_causal", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 230,
+    .sk = 260, .d = 128, .varlen = 1, .causal = 1, .row = "bwd_sm90_ws_bf16_hd128");
+  H(.name = "sm90ws_d112_dropout_window", .dt = F16, .b = 2, .h = 4, .hk = 4, .sq = 333,
+    .sk = 290, .d = 112, .window = 1, .wl = 90, .wr = 30, .dropout = 0.17f,
+    .row = "bwd_sm90_ws_f16_hd128");
   /* the Hopper rows' deterministic mode: GQA, causal top-left with s_q > s_k,
    * a left window; and more than 16 key blocks, so that each block walks
    * several key blocks into its dQ slice (bwd_det_splits: at most 16 slices;
    * at d = 256 the dQ kernel instead, over 18 key tiles a query block) */
   H(.name = "sm90_d128_det_causal_tl_gqa4", .dt = F16, .b = 1, .h = 8, .hk = 2, .sq = 520,
-    .sk = 300, .d = 128, .causal = 1, .top_left = 1, .det = 5);
+    .sk = 300, .d = 128, .causal = 1, .top_left = 1, .det = 5, .row = "bwd_sm90_f16_hd128");
   H(.name = "sm90_d64_det_window_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 600, .sk = 700,
     .d = 64, .window = 1, .wl = 150, .wr = 30, .det = 5);
   H(.name = "sm90_d256_det_dqkernel_dropout", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 130,

@@ -31,6 +31,9 @@
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
+#ifndef SDPA_BWD_NO_DET /* 1: a body without the deterministic mode (its det kernels are empty) */
+#define SDPA_BWD_NO_DET 0
+#endif
 /* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
 #ifdef SDPA_DV
 #define SDPA_BWD_DV_MAX SDPA_DV
@@ -175,6 +178,10 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
     snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_BWD_DV_MAX);
     return why;
   }
+  if (SDPA_BWD_NO_DET && p->deterministic) {
+    snprintf(why, n, "deterministic = 1: this row's dQ additions are unordered");
+    return why;
+  }
   if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;
@@ -297,4 +304,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BWD_BIAS
 #undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BWD_DV_MAX
+#undef SDPA_BWD_NO_DET
 #include "cuda/row_undef.cuh"

@@ -164,128 +164,8 @@ static_assert(HDV == HD || (HD == 192 && HDV == 128), "a _dv128 row: d = 192's s
 #define SDPA_BWD_DQ_KERNEL (SDPA_BLOCK_N == 64)
 static_assert(SDPA_BWD_DQ_KERNEL == (DSG == 2), "the dQ kernels are the d split's");
 
-typedef uint16_t tile_elem;
-/* tile_load.cuh's chunk index in a tile of `rows` rows: its address (r CPR +
- * swz) 16 is the 128-byte swizzle's (c / 8) rows 128 + r 128 + ((c % 8) ^
- * (r % 8)) 16. */
-__device__ __forceinline__ int swz(int r, int c, int rows) {
-  return (c >> 3) * rows * 8 + r * (8 - CPR) + ((c & 7) ^ (r & 7));
-}
-#define TILE_SWZ(r, c, rows) swz(r, c, rows)
-#include "cuda/ptx/tile_load.cuh"
+#include "cuda/bwd/bwd_sm90_tiles.cuh"
 #include "cuda/bwd/bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
-
-/* x, which the compiler cannot see through: values derived from it (the
- * k-step descriptors) are computed where used, not hoisted out of the loops
- * into registers for their whole life (32 registers of K / V descriptors
- * at d = 128, which made the deterministic kernels spill). */
-__device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
-  asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
-  return x;
-}
-
-/* The descriptors: K-major (rows along M / N) and MN-major (rows along K,
- * 64-column blocks lbo bytes apart). */
-__device__ __forceinline__ uint64_t desc_k(uint32_t a) { return wg_desc(a, 16, 1024); }
-__device__ __forceinline__ uint64_t desc_mn(uint32_t a, uint32_t lbo) { return wg_desc(a, lbo, 1024); }
-
-/* acc = X Y^T over the first 16 nks columns (a literal: KS, or KSV for V)
- * for this warpgroup's 64 rows of the [BN, HD] tile at xa (K or V) and qs (a
- * literal, 32 or 64) rows of the [BM, HD] tile at ya (Q or dO). */
-__device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa, uint32_t ya,
-                                                   const int qs, const int nks) {
-#pragma unroll
-  for (int ks = 0; ks < nks; ++ks) {
-    const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
-    const uint64_t da = desc_k(xa + (ks >> 2) * BN * ROWB + koff);
-    const uint64_t db = desc_k(ya + (ks >> 2) * BM * ROWB + koff);
-    if (qs == 64)
-      SDPA_WG(ss, 64)(acc, da, db, ks > 0);
-    else
-      SDPA_WG(ss, 32)(acc, da, db, ks > 0);
-  }
-}
-
-/* acc += X^T T: X^T (this warpgroup's [64 keys, qs queries], packed A
- * fragments xa[qs / 16][4]) times the qs rows of the [BM, HD] tile at ta
- * (N-major, ta at the warpgroup's first column block). */
-__device__ __forceinline__ void wg_keys_by_cols(float (*acc)[4], const uint32_t (*xa)[4],
-                                                uint32_t ta, const int qs) {
-#pragma unroll
-  for (int ms = 0; ms < qs / 16; ++ms)
-    SDPA_WG(rs, SDPA_HDW)(acc, xa[ms], desc_mn(ta + ms * 16 * ROWB, BM * ROWB), 1);
-}
-
-/* acc += X^T T for a d split: X^T the [64 keys, BM queries] tile at xs
- * (P^T or dS^T, shared, K-major) times n (a literal, 64 or 128) columns of
- * the [BM, HD] tile at ta (dO or Q, N-major, ta at the first column block). */
-__device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs, uint32_t ta,
-                                                   const int n) {
-#pragma unroll
-  for (int ks = 0; ks < BM / 16; ++ks) {
-    const uint64_t da = desc_k(xs + (ks >> 2) * BN * ROWB + (ks & 3) * 32);
-    const uint64_t db = desc_mn(ta + ks * 16 * ROWB, BM * ROWB);
-    if (n == 128)
-      SDPA_WG(sst, 128)(acc, da, db, 1);
-    else
-      SDPA_WG(sst, 64)(acc, da, db, 1);
-  }
-}
-
-/* Scores of queries 16 ms .. 16 ms + 15 packed as A fragments, ms < qs / 16. */
-__device__ __forceinline__ void pack_frags(uint32_t (*a)[4], float (*x)[4], const int qs) {
-#pragma unroll
-  for (int ms = 0; ms < qs / 16; ++ms) pack_a_frag(a[ms], x + 2 * ms, SDPA_BWD_IS_BF16);
-}
-
-/* The warp's packed P^T or dS^T fragments (keys 16 kw + g, + 8; queries
- * qc .. qc + qs - 1) into a [BM / 64][BN][64] swizzled tile at ss. */
-__device__ __forceinline__ void store_ds(uint32_t ss, const uint32_t (*da)[4], int kw, int qc,
-                                         int g, int t, const int qs) {
-#pragma unroll
-  for (int ms = 0; ms < qs / 16; ++ms)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = kw * 16 + g + 8 * (e & 1), c = qc / 8 + 2 * ms + (e >> 1);
-      const uint32_t a = ss + (uint32_t)((c >> 3) * BN * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4) + 4 * t);
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(da[ms][e]) : "memory");
-    }
-}
-
-/* acc = dS K (acc += dS K with add) for dQ[64 rows of block rb, n columns
- * from column 64 cb] (n a literal, 64 or 128): the wgmma issue only (no
- * fence, commit or wait). */
-__device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t s_k, int rb,
-                                         int cb, int add, const int n) {
-#pragma unroll
-  for (int ks = 0; ks < BN / 16; ++ks) {
-    const uint64_t da = desc_mn(s_s + rb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    const uint64_t db = desc_mn(s_k + cb * BN * ROWB + ks * 16 * ROWB, BN * ROWB);
-    if (n == 128)
-      SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
-    else
-      SDPA_WG(sstt, 64)(acc, da, db, add || ks > 0);
-  }
-}
-
-/* acc (dq_issue's, complete: n columns from column c0) added to the fp32
- * accumulator (rows past sq skipped). */
-__device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
-                                          int c0, const int n, int m0, int sq, int64_t q_start,
-                                          int hh, int wq, int g, int t) {
-  /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
-   * red.global.add.v4 costs more than it saves */
-  const sdpa_problem *p = &prm->p;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
-    if (i >= sq) continue;
-    float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                 ((q_start + i) * p->h + hh) * HD + c0 + 2 * t;
-#pragma unroll
-    for (int j = 0; j < n / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
-  }
-}
 
 /* dQ[64 rows of block rb, DQN columns of chunk cc] += dS K, on its own. */
 __device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t s_s,
@@ -495,19 +375,9 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
           const uint32_t qrow = (uint32_t)(qh * qs * ROWB);
           /* dP^T = V dO^T and S^T = K Q^T for the warpgroup's 64 keys x qs queries */
           float sp[NQ][4], ss[NQ][4];
-          wg_fence();
-          wg_rows_by_queries(sp, opaque_u32(v_wg), s_do + qrow, qs, KSV);
-          wg_rows_by_queries(ss, opaque_u32(k_wg), s_q + qrow, qs, KS);
-          wg_commit();
           uint32_t keep[QS / 32]; /* dropout's Philox bits while the products run */
-#pragma unroll
-          for (int h2 = 0; h2 < qs / 32; ++h2)
-            keep[h2] = feat && prm->has_dropout
-                           ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0 + 32 * h2, j_lo, lane)
-                           : 0u;
-          wg_wait0();
-          wg_fence_acc(sp, qs / 8);
-          wg_fence_acc(ss, qs / 8);
+          wg_scores(sp, ss, keep, prm, v_wg, k_wg, s_do + qrow, s_q + qrow, qs, KSV, feat,
+                    (uint32_t)(b * p->h + hh), q0, j_lo, lane);
 
           /* P (times keep / (1 - p)) in ss, dS in sp: bwd_scores.cuh, 32 queries at a time */
           {

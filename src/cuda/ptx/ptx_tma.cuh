@@ -2,7 +2,8 @@
  * ptx_tma.cuh - Hopper's tensor-memory copies and the barriers around them
  * (sm_90): shared-memory mbarriers (init, arrive, arrive with an expected
  * byte count, wait on a phase parity), cp.async.bulk.tensor loads that
- * complete on an mbarrier, the proxy fence
+ * complete on an mbarrier, bulk reductions from shared into global memory,
+ * the proxy fence
  * that makes ordinary shared stores visible to the copy engine and the
  * tensor cores, the zeroing of a copied tile's rows past a sequence's end,
  * and setmaxnreg (named barriers: ptx_bar.cuh).
@@ -62,6 +63,26 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"((uint64_t)(uintptr_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
+}
+
+/* bytes (a multiple of 16, both addresses 16-byte aligned) of fp32 at shared
+ * src added to global dst by the copy engine, in this thread's bulk group;
+ * commit the group, then wait until the reads of src are done (src may be
+ * written again; the additions land later, before the kernel ends). */
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit(void) {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read0(void) {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+/* ... and until their writes are done. */
+__device__ __forceinline__ void bulk_wait0(void) {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 /* Ordinary shared stores of this thread become visible to the async proxy

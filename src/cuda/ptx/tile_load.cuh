@@ -4,9 +4,10 @@
  * (fwd_sm80_body.cuh: 16-bit elements; fwd_tf32_body.cuh: fp32). A shared
  * row is CPR 16-byte chunks and logical chunk c of row r lands at physical
  * chunk swz(r, c). A body includes it after its geometry and its swizzle,
- * which define: NTHREADS; CPR; EPC (elements per 16-byte chunk); CPRP (CPR
+ * which define: NTHREADS (or LOAD_THREADS, where only some of the block's
+ * threads copy: a producer warpgroup); CPR; EPC (elements per 16-byte chunk); CPRP (CPR
  * rounded up to a power of two: threads per row in the lane scheme, at
- * most 32, or whole warps dividing NTHREADS) and LOAD_RPP = NTHREADS / CPRP;
+ * most 32, or whole warps dividing LOAD_THREADS) and LOAD_RPP = LOAD_THREADS / CPRP;
  * LOAD_PLAIN (1: the plain loop where CPR does not divide the block);
  * optionally LOAD_ZFILL (1: where d ends inside the row, a whole tile's
  * copies take the predicate-free loop all the same, the chunks past d
@@ -26,12 +27,25 @@
 #ifndef TILE_SWZ
 #define TILE_SWZ(r, c, rows) swz(r, c)
 #endif
+#ifndef LOAD_THREADS
+#define LOAD_THREADS NTHREADS
+#endif
+/* LOAD_UNROLL n: the whole-row loops unrolled n times, not fully (a body whose
+ * copying threads are few and short of registers: each thread's copies
+ * would otherwise all get their addresses at once) */
+#ifdef LOAD_UNROLL
+#define LOAD_PRAGMA_(x) _Pragma(#x)
+#define LOAD_PRAGMA(n) LOAD_PRAGMA_(unroll n)
+#define LOAD_UNROLL_ROWS LOAD_PRAGMA(LOAD_UNROLL)
+#else
+#define LOAD_UNROLL_ROWS _Pragma("unroll")
+#endif
 #ifndef LOAD_ZFILL
 #define LOAD_ZFILL 0
 #endif
 
-static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
-                  (NTHREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
+static_assert((CPRP >= CPR && (CPRP <= 32 || LOAD_THREADS % CPRP == 0)) ||
+                  (LOAD_THREADS % CPR == 0 && CPR <= 16) || LOAD_PLAIN,
               "load_tile: a row's chunks must fit the lanes of one warp, or whole warps");
 
 /* Copy rows [0, rows) of a [rows, d] tile (row stride in elements) into shared
@@ -49,17 +63,17 @@ static_assert((CPRP >= CPR && (CPRP <= 32 || NTHREADS % CPRP == 0)) ||
 __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, int64_t stride,
                                           int rows, int rows_valid, int d, int tid,
                                           const void *safe) {
-  if (NTHREADS % CPR == 0 && CPR <= 16) {
+  if (LOAD_THREADS % CPR == 0 && CPR <= 16) {
     const int zfill = LOAD_ZFILL && d < CPR * EPC; /* the same for every thread */
     const int c = tid % CPR, r0 = tid / CPR;
     const int rem = d - c * EPC;
     const int bytes = rem >= EPC ? 16 : rem > 0 ? rem * (16 / EPC) : 0;
     const tile_elem *g0 = g + (int64_t)r0 * stride + c * EPC;
-    const int64_t step = (int64_t)(NTHREADS / CPR) * stride;
+    const int64_t step = (int64_t)(LOAD_THREADS / CPR) * stride;
     if (rows_valid >= rows && bytes == 16 && !zfill) { /* whole tile, whole chunk: no predicates */
-#pragma unroll
-      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
-        const int r = r0 + it * (NTHREADS / CPR);
+LOAD_UNROLL_ROWS
+      for (int it = 0; it < rows * CPR / LOAD_THREADS; ++it) {
+        const int r = r0 + it * (LOAD_THREADS / CPR);
         cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), g0 + it * step, 16);
       }
       return;
@@ -67,24 +81,24 @@ __device__ __forceinline__ void load_tile(uint32_t sbase, const tile_elem *g, in
     if (zfill && rows_valid >= rows) { /* whole tile, d inside the row: every thread here */
       const tile_elem *src = bytes > 0 ? g0 : (const tile_elem *)safe;
       const int64_t sstep = bytes > 0 ? step : 0;
-#pragma unroll
-      for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
-        const int r = r0 + it * (NTHREADS / CPR);
+LOAD_UNROLL_ROWS
+      for (int it = 0; it < rows * CPR / LOAD_THREADS; ++it) {
+        const int r = r0 + it * (LOAD_THREADS / CPR);
         cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16), src + it * sstep,
                     bytes);
       }
       return;
     }
-#pragma unroll
-    for (int it = 0; it < rows * CPR / NTHREADS; ++it) {
-      const int r = r0 + it * (NTHREADS / CPR);
+LOAD_UNROLL_ROWS
+    for (int it = 0; it < rows * CPR / LOAD_THREADS; ++it) {
+      const int r = r0 + it * (LOAD_THREADS / CPR);
       const int ok = r < rows_valid && bytes > 0;
       cp_async_16(sbase + (uint32_t)((r * CPR + TILE_SWZ(r, c, rows)) * 16),
                   ok ? (const void *)(g0 + it * step) : safe, ok ? bytes : 0);
     }
   } else if (LOAD_PLAIN) { /* sm80 _full kernels: the lane scheme spilled 4 bytes at d = 192 */
 #pragma unroll 1
-    for (int i = tid; i < rows * CPR; i += NTHREADS) {
+    for (int i = tid; i < rows * CPR; i += LOAD_THREADS) {
       const int r = i / CPR, c = i % CPR;
       const int rem = d - c * EPC;
       const int bytes = (r < rows_valid && rem > 0) ? (rem >= EPC ? 16 : rem * (16 / EPC)) : 0;

@@ -1,0 +1,368 @@
+/*
+ * bwd_sm90_ws_body.cuh - the warp-specialized Hopper backward (sm_90a:
+ * wgmma), fp16 / bf16, written once and specialized by the preprocessor. An
+ * instance (a SDPA_BWD_SM90_WS row of kernels.def) defines
+ *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_ws_bf16_hd128
+ *   SDPA_DTYPE        BF16 or F16
+ *   SDPA_HDIM         head-dim bucket: 128
+ *   SDPA_BLOCK_M      query rows a step: 64
+ *   SDPA_BLOCK_N      keys a block: 128 (64 a consumer warpgroup)
+ *   SDPA_WARPS        12 (a producer warpgroup and two consumers)
+ * and includes this file; bwd_launch.cuh (included at the bottom) adds the
+ * pre / post kernels and the host side, as for the other backwards.
+ *
+ * The algorithm is bwd_sm90_body.cuh's (a block owns a key block, K and V
+ * resident, and walks the query blocks of every head of its GQA group; dK,
+ * dV in registers; dQ added into an fp32 accumulator), with the work split
+ * by role (docs/design.md §6, "Warp-specialized backward"):
+ *   loaders    producer warps 0, 1 copy K and V once, then each step's Q
+ *              and dO tiles and its lse2 / D rows into a ring of STAGES
+ *              stages by cp.async; a stage's copies complete, are fenced
+ *              for the tensor cores, and its full barrier is arrived on.
+ *   consumers  warpgroups 1 and 2, 64 keys each: per step S^T = K Q^T and
+ *              dP^T = V dO^T (both operands shared), P and dS in registers
+ *              (bwd_scores.cuh), dV += P^T dO with P^T from registers; dS^T
+ *              to a shared tile (two, alternating by step) and, after a
+ *              named barrier between the consumers, dK += dS^T Q (its own
+ *              keys' rows of the tile) and dQ = dS K for the warpgroup's
+ *              half of the columns over all 128 keys, so each dQ element is
+ *              reduced once a block. The stage is released as soon as dV /
+ *              dK are done; dQ goes to the warpgroup's fp32 dQ tile.
+ *   writers    producer warps 2, 3, one a consumer: each row of its dQ
+ *              tile is added to the accumulator by one bulk reduction of
+ *              the copy engine (cp.reduce.async.bulk), so the consumers
+ *              issue no atomics and wait for none.
+ * No block-wide barrier after the start: the roles meet on mbarriers, the
+ * consumers on one named barrier a step. The producer warpgroup keeps 56
+ * registers a thread (setmaxnreg), the consumers 224.
+ * Supported: bwd_sm90_body.cuh's plain and score-feature kernels (dense and
+ * varlen, seqused_k, causal / window, alibi, softcap, dropout, GQA, d_v up
+ * to the bucket). The deterministic mode is refused (SDPA_BWD_NO_DET): the
+ * bwd_sm90_ rows after this one run it.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "error.h"
+#include "problem.h"
+#include "registry.h"
+#include "cuda/bwd/bwd_scores.cuh"
+#include "cuda/bwd/bwd_common.cuh"
+#include "cuda/ptx/ptx_atomic.cuh"
+#include "cuda/ptx/ptx_bar.cuh"
+#include "cuda/ptx/ptx_cp_async.cuh"
+#include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
+#include "cuda/ptx/ptx_mma.cuh"      /* pack_*x2 */
+#include "cuda/ptx/ptx_tma.cuh"      /* mbarriers, fence_proxy_async, setmaxnreg */
+#include "cuda/ptx/ptx_wgmma.cuh"
+
+#include "cuda/bwd/bwd_names.cuh"
+#include "cuda/bwd/bwd_elem16.cuh"
+
+#if SDPA_BWD_IS_BF16
+#define SDPA_TY bf16
+#else
+#define SDPA_TY f16
+#endif
+#define SDPA_HDW SDPA_HDIM /* dK / dV columns a warpgroup: all of them */
+#define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
+/* setmaxnreg's split of the block's 384 x 168 registers: 128 P + 256 C <= 64512
+ * (C 240 leaves the producer 24, where its copies spill) */
+#define SDPA_REG_P 56
+#define SDPA_REG_C 224
+#define SDPA_BWD_NO_DET 1 /* bwd_launch.cuh: the row refuses the deterministic mode */
+
+enum {
+  HD = SDPA_HDIM,
+  BM = SDPA_BLOCK_M,
+  BN = SDPA_BLOCK_N,
+  NTHREADS = SDPA_WARPS * 32,
+  STAGES = 2,       /* Q / dO / lse2 / D stages */
+  NQ = BM / 8,      /* n8 tiles of S^T / dP^T */
+  MS = BM / 16,     /* k16 steps over a step's queries */
+  KS = HD / 16,     /* k16 steps over the head dim */
+  DTW = HD / 8,     /* n8 tiles of dK / dV */
+  DQN = HD / 2,     /* dQ columns a consumer */
+  DQT = DQN / 8,
+  ROWB = 128,
+  TILE = BM * HD * 2,    /* a Q or dO tile */
+  TILE_KV = BN * HD * 2, /* a K or V tile */
+  SM_S = BN * BM * 2,    /* a dS^T tile */
+  DQ_ROW = DQN + 8,      /* floats a staged dQ row: 16-byte aligned, float2 stores conflict-free */
+  SM_DQ = BM * DQ_ROW * 4,
+  /* K, V, Q [STAGES], dO [STAGES], dS^T [2], dQ [2 consumers], lse2 / D [STAGES][BM], barriers */
+  OFF_K = 0,
+  OFF_V = TILE_KV,
+  OFF_Q = 2 * TILE_KV,
+  OFF_DO = OFF_Q + STAGES * TILE,
+  OFF_S = OFF_DO + STAGES * TILE,
+  OFF_DQ = OFF_S + 2 * SM_S,
+  OFF_L = OFF_DQ + 2 * SM_DQ,
+  OFF_D = OFF_L + STAGES * BM * 4,
+  OFF_BAR = OFF_D + STAGES * BM * 4,
+  BAR_FULL = 0, /* + stage */
+  BAR_EMPTY = STAGES,
+  BAR_KV_FULL = 2 * STAGES,
+  BAR_DQ_FULL = 2 * STAGES + 1, /* + consumer */
+  BAR_DQ_EMPTY = 2 * STAGES + 3,
+  SMEM_BYTES = OFF_BAR + 8 * (2 * STAGES + 5) + 1024, /* + slack to align the base to 1024 */
+  PRODUCERS = 128,
+  LOADERS = 64, /* the producer's warps 0, 1; warps 2, 3 add the consumers' dQ tiles */
+  CONSUMERS = 256,
+  BAR_DS = 1, /* the consumers' named barrier: both dS^T halves stored */
+  /* tile_load.cuh's geometry, for the producer's 128 threads */
+  CPR = HD / 8,
+  EPC = 8,
+  CPRP = CPR,
+  LOAD_RPP = LOADERS / CPRP,
+  LOAD_PLAIN = 0
+};
+#define LOAD_THREADS LOADERS
+#define LOAD_UNROLL 2 /* the producer keeps few registers */
+#define LOAD_ZFILL 1 /* head dims inside the bucket: no split warps */
+static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer warpgroups");
+static_assert(HD == 128 && BM == 64 && BN == 128, "d 128: 64 queries a step, 64 keys a consumer");
+static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+
+#include "cuda/bwd/bwd_sm90_tiles.cuh"
+
+/* Pins packed A fragments in their registers until here: a product reading
+ * them from registers may still run, so they must not be reused before. */
+__device__ __forceinline__ void wg_fence_frags(uint32_t (*a)[4], const int n) {
+#pragma unroll
+  for (int m = 0; m < n; ++m)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[m][e])::"memory");
+}
+
+__device__ __forceinline__ uint32_t ws_bar(uint32_t base, int i) { return base + OFF_BAR + 8 * i; }
+
+/* The (query head, query block) after this step's, in the walk's order:
+ * blocks m_lo .. m_hi of each head of the group in turn. */
+__device__ __forceinline__ void ws_next_step(const bwd_kframe *kf, int *hh, int *mb) {
+  const int wrap = *mb == kf->m_hi;
+  *hh += wrap;
+  *mb = wrap ? kf->m_lo : *mb + 1;
+}
+
+/* ---- producer warps 0, 1: K / V once, Q / dO / lse2 / D a step ------------------------- */
+__device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                           uint32_t base, float *s_lse, float *s_dd, int tid) {
+  const sdpa_problem *p = &prm->p;
+  const int hk = blockIdx.y, b = blockIdx.z, d = (int)p->d, dv = (int)p->d_v;
+  const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
+  const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
+  const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
+  load_tile(base + OFF_K, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, kf->n0, hk),
+            p->k_st.ss, BN, kf->sk - kf->n0, d, tid, p->k);
+  load_tile(base + OFF_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, kf->n0, hk),
+            p->v_st.ss, BN, kf->sk - kf->n0, dv, tid, p->v);
+  cp_async_commit();
+  cp_async_wait_all();
+  fence_proxy_async(); /* for the tensor cores, once the barrier passes */
+  mbar_arrive(ws_bar(base, BAR_KV_FULL));
+  int hh = hk * prm->h_per_hk, mb = kf->m_lo;
+#pragma unroll 1
+  for (int it = 0; it < kf->n_it; ++it) {
+    const int s = it % STAGES, m0 = mb * BM;
+    mbar_wait(ws_bar(base, BAR_EMPTY + s), ((it / STAGES) & 1) ^ 1);
+    load_tile(base + OFF_Q + s * TILE, q_b + m0 * qss + hh * qsh, qss, BM, kf->sq - m0, d, tid,
+              p->q);
+    load_tile(base + OFF_DO + s * TILE, do_b + m0 * dss + hh * dsh, dss, BM, kf->sq - m0, dv, tid,
+              p->dout);
+    cp_async_commit();
+    if (tid < BM)
+      bwd_row_stats(prm, kf->q_start, hh, m0 + tid, kf->sq, &s_lse[s * BM + tid],
+                    &s_dd[s * BM + tid]);
+    cp_async_wait_all();
+    fence_proxy_async();
+    mbar_arrive(ws_bar(base, BAR_FULL + s));
+    ws_next_step(kf, &hh, &mb);
+  }
+}
+
+/* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
+/* One bulk reduction a row (its DQN columns; rows inside the sequence), the
+ * tile free again once the copy engine has read it. */
+__device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                            uint32_t base, int w, int lane) {
+  const sdpa_problem *p = &prm->p;
+  const uint32_t tile = base + OFF_DQ + w * SM_DQ;
+  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+#pragma unroll 1
+  for (int it = 0; it < kf->n_it; ++it) {
+    const int m0 = mb * BM;
+    float *dst = prm->dq_acc + ((kf->q_start + m0) * p->h + hh) * HD + w * DQN;
+    mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
+#pragma unroll 1
+    for (int r = lane; r < BM && m0 + r < kf->sq; r += 32)
+      bulk_reduce_add_f32(dst + (int64_t)r * p->h * HD, tile + r * DQ_ROW * 4, DQN * 4);
+    bulk_commit();
+    bulk_wait_read0();
+    __syncwarp();
+    if (lane == 0) mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
+    ws_next_step(kf, &hh, &mb);
+  }
+  bulk_wait0();
+}
+
+/* ---- consumers: the five products of a step ------------------------------------------- */
+/* wg: 0 or 1 (the consumer), ctid: 0 .. 255; feat (0 plain, 1 softcap / alibi
+ * / dropout) a literal. dK, dV accumulate into dk, dv. */
+__device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                           uint32_t base, const float *s_lse, const float *s_dd,
+                                           int wg, int ctid, float (*dk)[4], float (*dv)[4],
+                                           const int feat) {
+  const sdpa_problem *p = &prm->p;
+  const int lane = ctid & 31, wq = (ctid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int kw = wg * 4 + wq; /* this warp's 16 keys: n0 + 16 kw .. */
+  const int b = blockIdx.z, n0 = kf->n0, sq = kf->sq, sk = kf->sk, off = kf->off;
+  const uint32_t k_wg = base + OFF_K + wg * 64 * ROWB, v_wg = base + OFF_V + wg * 64 * ROWB;
+  const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
+  const int j_lo = n0 + kw * 16;
+  mbar_wait(ws_bar(base, BAR_KV_FULL), 0);
+  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+#pragma unroll 1
+  for (int it = 0; it < kf->n_it; ++it) {
+    const int s = it % STAGES, m0 = mb * BM;
+    const uint32_t s_q = base + OFF_Q + s * TILE, s_do = base + OFF_DO + s * TILE;
+    const uint32_t s_s = base + OFF_S + (it & 1) * SM_S;
+    const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
+                     (int64_t)n0 + BN - 1 - m0 <= whi;
+    mbar_wait(ws_bar(base, BAR_FULL + s), (it / STAGES) & 1);
+
+    /* dP^T = V dO^T and S^T = K Q^T: 64 keys x 64 queries */
+    float sp[NQ][4], ss[NQ][4];
+    uint32_t keep[BM / 32]; /* dropout's Philox bits while the products run */
+    wg_scores(sp, ss, keep, prm, v_wg, k_wg, s_do, s_q, BM, KS, feat, (uint32_t)(b * p->h + hh), m0,
+              j_lo, lane);
+#pragma unroll
+    for (int h2 = 0; h2 < BM / 32; ++h2)
+      bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, s_lse + s * BM + 32 * h2,
+                     s_dd + s * BM + 32 * h2, b, hh, j_lo, m0 + 32 * h2, lane, sq, sk, off,
+                     keep[h2], feat, full, 1);
+    uint32_t pa[MS][4];
+    pack_frags(pa, ss, BM);
+
+    /* dV += P^T dO (P^T from registers) while dS^T goes to shared memory */
+    wg_fence_acc(dv, DTW);
+    wg_fence();
+    wg_keys_by_cols(dv, pa, s_do, BM);
+    wg_commit();
+    {
+      uint32_t da[MS][4];
+      pack_frags(da, sp, BM);
+      store_ds(s_s, da, kw, 0, g, t, BM);
+    }
+    fence_proxy_async(); /* the dS^T stores, for the products' reads */
+    bar_sync_named(BAR_DS, CONSUMERS);
+
+    /* dK += dS^T Q (this warpgroup's 64 keys of the shared dS^T), then
+       dQ[64 queries, this warpgroup's DQN columns] = dS K over the 128 keys */
+    float dqa[DQT][4];
+    wg_fence_acc(dk, DTW);
+    wg_fence();
+    wg_keys_by_cols_ss(dk, opaque_u32(s_s + wg * 64 * ROWB), s_q, HD);
+    wg_commit();
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, wg * (DQN / 64), 0, DQN);
+    wg_commit();
+    wg_wait1(); /* dV / dK: the stage's Q and dO are read */
+    wg_fence_acc(dv, DTW);
+    wg_fence_acc(dk, DTW);
+    wg_fence_frags(pa, MS);
+    mbar_arrive(ws_bar(base, BAR_EMPTY + s));
+    wg_wait0();
+    wg_fence_acc(dqa, DQT);
+
+    /* to the warpgroup's dQ tile, which a producer warp adds to the accumulator */
+    mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
+    {
+      const uint32_t st = base + OFF_DQ + wg * SM_DQ + ((wq * 16 + g) * DQ_ROW + 2 * t) * 4;
+#pragma unroll
+      for (int j = 0; j < DQT; ++j)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st + (hf * 8 * DQ_ROW + 8 * j) * 4),
+                       "f"(dqa[j][2 * hf]), "f"(dqa[j][2 * hf + 1])
+                       : "memory");
+    }
+    fence_proxy_async(); /* for the copy engine's reads */
+    mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
+    ws_next_step(kf, &hh, &mb);
+  }
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+/* feat (0 plain, 1 softcap / alibi / dropout) a literal at each kernel
+ * (bwd_launch.cuh); one key block a block. The deterministic kernels are
+ * never launched (the row refuses that mode) and compile to nothing. */
+__device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
+                                         const int det) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (det) return;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
+  float *s_lse = (float *)(smem + (base - smem_u32(smem)) + OFF_L); /* [STAGES][BM] */
+  float *s_dd = (float *)(smem + (base - smem_u32(smem)) + OFF_D);
+  const int tid = threadIdx.x, b = blockIdx.z;
+  const bwd_kframe kf = bwd_kframe_make(prm, b, blockIdx.x, BN, BM);
+  if (kf.n_it > 0) { /* (the same at every thread: the barriers are used or not at all) */
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) {
+        mbar_init(ws_bar(base, BAR_FULL + s), LOADERS);
+        mbar_init(ws_bar(base, BAR_EMPTY + s), CONSUMERS);
+      }
+      mbar_init(ws_bar(base, BAR_KV_FULL), LOADERS);
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        mbar_init(ws_bar(base, BAR_DQ_FULL + w), CONSUMERS / 2);
+        mbar_init(ws_bar(base, BAR_DQ_EMPTY + w), 1);
+      }
+      mbar_init_fence();
+    }
+    __syncthreads();
+  }
+  if (tid < PRODUCERS) {
+    SDPA_SETMAXNREG_DEC(SDPA_REG_P);
+    if (kf.n_it == 0) return;
+    if (tid < LOADERS)
+      ws_produce(prm, &kf, base, s_lse, s_dd, tid);
+    else
+      ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31);
+  } else {
+    SDPA_SETMAXNREG_INC(SDPA_REG_C);
+    const int ctid = tid - PRODUCERS, wg = ctid >> 7, g = (ctid & 31) >> 2, t = ctid & 3;
+    const int kw = wg * 4 + ((ctid >> 5) & 3);
+    float dk[DTW][4], dv[DTW][4];
+    bwd_zero_acc(dk, DTW);
+    bwd_zero_acc(dv, DTW);
+    if (kf.n_it > 0) ws_consume(prm, &kf, base, s_lse, s_dd, wg, ctid, dk, dv, feat);
+    /* dK (times scale) and dV of this warp's keys; rows past seqused_k are 0 */
+    const int fk = (int)sdpa_seq_full_len_k(&prm->p, b);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      bwd_store_kv_row(prm, b, blockIdx.y, kf.n0 + kw * 16 + g + hf * 8, fk, dk, dv, DTW, 0, DTW,
+                       0, hf, t);
+  }
+#else
+  (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
+  (void)feat;
+  (void)det;
+#endif
+}
+
+#include "cuda/bwd/bwd_launch.cuh"
+
+#undef SDPA_WG
+#undef SDPA_HDW
+#undef SDPA_TY
+#undef SDPA_REG_P
+#undef SDPA_REG_C
+#undef TILE_SWZ
+#undef LOAD_ZFILL
+#undef LOAD_THREADS
+#undef LOAD_UNROLL
+#include "cuda/bwd/bwd_elem16_undef.cuh"
