@@ -225,6 +225,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
+  if (SDPA_BWD_NO_DET && p->deterministic) /* the row's refusal, should a caller skip it */
+    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: deterministic = 1 reached a row without that mode",
+                     SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d_v > SDPA_BWD_DV_MAX)
     return sdpa_fail(SDPA_ERR_INTERNAL,
                      "%s: d = %lld, d_v = %lld outside this kernel's bucket %d (d_v up to %d)",

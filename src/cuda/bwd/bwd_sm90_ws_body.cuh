@@ -125,6 +125,11 @@ enum {
 static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer warpgroups");
 static_assert(HD == 128 && BM == 64 && BN == 128, "d 128: 64 queries a step, 64 keys a consumer");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+/* setmaxnreg.inc waits until the registers are free: a split above what the
+ * block holds at launch (NTHREADS x 168 under __launch_bounds__(NTHREADS, 1))
+ * would hang */
+static_assert(PRODUCERS * SDPA_REG_P + CONSUMERS * SDPA_REG_C <= NTHREADS * ((65536 / NTHREADS) & ~7),
+              "setmaxnreg: the split must fit the registers the block holds");
 
 #include "cuda/bwd/bwd_sm90_tiles.cuh"
 
@@ -301,7 +306,10 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (det) return;
+  if (det) { /* never launched: the row refuses the mode (bwd_launch.cuh checks it again) */
+    __trap();
+    return;
+  }
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   float *s_lse = (float *)(smem + (base - smem_u32(smem)) + OFF_L); /* [STAGES][BM] */
