@@ -112,7 +112,7 @@ enum {
   LOADERS = 64, /* the producer's warps 0, 1; warps 2, 3 add the consumers' dQ tiles */
   CONSUMERS = 256,
   BAR_DS = 1, /* the consumers' named barrier: both dS^T halves stored */
-  /* tile_load.cuh's geometry, for the producer's 128 threads */
+  /* tile_load.cuh's geometry, for the 64 loader threads */
   CPR = HD / 8,
   EPC = 8,
   CPRP = CPR,
