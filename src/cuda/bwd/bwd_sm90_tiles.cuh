@@ -7,8 +7,11 @@
  * store, and dQ = dS K with its reduction into the fp32 accumulator. A body
  * includes it after its geometry: HD, BM (query rows a step), BN (keys a
  * block), ROWB, CPR and tile_load.cuh's other fields, SDPA_HDW, SDPA_WG and
- * SDPA_TY.
+ * SDPA_TY; and after bwd_scores.cuh (wg_scores makes the dropout bits).
  */
+#ifndef SDPA_BWD_SM90_TILES_CUH
+#define SDPA_BWD_SM90_TILES_CUH
+
 typedef uint16_t tile_elem;
 /* tile_load.cuh's chunk index in a tile of `rows` rows: its address (r CPR +
  * swz) 16 is the 128-byte swizzle's (c / 8) rows 128 + r 128 + ((c % 8) ^
@@ -21,8 +24,7 @@ __device__ __forceinline__ int swz(int r, int c, int rows) {
 
 /* x, which the compiler cannot see through: values derived from it (the
  * k-step descriptors) are computed where used, not hoisted out of the loops
- * into registers for their whole life (32 registers of K / V descriptors
- * at d = 128, which made the deterministic kernels spill). */
+ * and held in registers the accumulators need. */
 __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
   asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
   return x;
@@ -98,7 +100,8 @@ __device__ __forceinline__ void wg_scores(float (*sp)[4], float (*ss)[4], uint32
   wg_fence_acc(ss, qs / 8);
 }
 
-/* Scores of queries 16 ms .. 16 ms + 15 packed as A fragments, ms < qs / 16. */
+/* The scores of queries 16 * ms .. 16 * ms + 15 as A fragments a[ms], for
+ * each ms < qs / 16. */
 __device__ __forceinline__ void pack_frags(uint32_t (*a)[4], float (*x)[4], const int qs) {
 #pragma unroll
   for (int ms = 0; ms < qs / 16; ++ms) pack_a_frag(a[ms], x + 2 * ms, SDPA_BWD_IS_BF16);
@@ -153,3 +156,4 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*ac
   }
 }
 
+#endif /* SDPA_BWD_SM90_TILES_CUH */

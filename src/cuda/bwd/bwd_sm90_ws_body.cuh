@@ -68,8 +68,8 @@
 #endif
 #define SDPA_HDW SDPA_HDIM /* dK / dV columns a warpgroup: all of them */
 #define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
-/* setmaxnreg's split of the block's 384 x 168 registers: 128 P + 256 C <= 64512
- * (C 240 leaves the producer 24, where its copies spill) */
+/* setmaxnreg's split of the block's 384 x 168 registers: the producer keeps
+ * what its copies' addresses need, the consumers take the rest */
 #define SDPA_REG_P 56
 #define SDPA_REG_C 224
 #define SDPA_BWD_NO_DET 1 /* bwd_launch.cuh: the row refuses the deterministic mode */
