@@ -31,7 +31,7 @@
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
-#ifndef SDPA_BWD_NO_DET /* 1: a body without the deterministic mode (its det kernels are empty) */
+#ifndef SDPA_BWD_NO_DET /* 1: a body without the deterministic mode: refused, no det kernels */
 #define SDPA_BWD_NO_DET 0
 #endif
 /* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
@@ -101,8 +101,9 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
   }
 }
 
-/* The four compilations of the body (feat and det literals); the macro names
- * the signature only. */
+/* The compilations of the body (feat and det literals): four, two in a bias
+ * row (feat 2) or a row without the deterministic mode; the macro names the
+ * signature only. */
 #define SDPA_BWD_MAIN(kname)                                                                      \
   extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                       \
       kname(const __grid_constant__ sdpa_bwd_params prm)
@@ -112,8 +113,10 @@ SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 2, 1); }
 #else
 SDPA_BWD_MAIN(SDPA_KMAIN) { bwd_body(&prm, 0, 0); }
 SDPA_BWD_MAIN(SDPA_KFEAT) { bwd_body(&prm, 1, 0); }
+#if !SDPA_BWD_NO_DET
 SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 0, 1); }
 SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
+#endif
 #endif
 #if SDPA_BWD_DQ_KERNEL /* the deterministic mode's dQ kernels (the Hopper body's d split) */
 SDPA_BWD_MAIN(SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
@@ -125,11 +128,15 @@ static void (*const SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd
 
 /* ---- host --------------------------------------------------------------------------- */
 
-/* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
+/* Indexed by 2 deterministic + features (the bias instance: by deterministic;
+ * a row without the deterministic mode: by features). */
 #if SDPA_BWD_BIAS
 enum { NKERNELS = 2 };
 static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {SDPA_KMAIN,
                                                                               SDPA_KMAIN_DET};
+#elif SDPA_BWD_NO_DET
+enum { NKERNELS = 2 };
+static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {SDPA_KMAIN, SDPA_KFEAT};
 #else
 enum { NKERNELS = 4 };
 static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
@@ -199,7 +206,8 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *
   if (nkb > 0) {
     const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm->nsplit : nkb),
                     (unsigned)p->h_k, (unsigned)p->b);
-    const int k = SDPA_BWD_BIAS ? p->deterministic != 0 : 2 * (p->deterministic != 0) + feat;
+    const int det = p->deterministic != 0; /* 0 in a row without the mode: refused */
+    const int k = SDPA_BWD_BIAS ? det : SDPA_BWD_NO_DET ? feat : 2 * det + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
 #if SDPA_BWD_DQ_KERNEL

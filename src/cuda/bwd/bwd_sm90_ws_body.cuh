@@ -301,15 +301,11 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
 
 /* ---- main ------------------------------------------------------------------------- */
 /* feat (0 plain, 1 softcap / alibi / dropout) a literal at each kernel
- * (bwd_launch.cuh); one key block a block. The deterministic kernels are
- * never launched (the row refuses that mode) and compile to nothing. */
+ * (bwd_launch.cuh; det is always 0: SDPA_BWD_NO_DET); one key block a block. */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
+  (void)det;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (det) { /* never launched: the row refuses the mode (bwd_launch.cuh checks it again) */
-    __trap();
-    return;
-  }
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   float *s_lse = (float *)(smem + (base - smem_u32(smem)) + OFF_L); /* [STAGES][BM] */
@@ -358,7 +354,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
   (void)feat;
-  (void)det;
 #endif
 }
 
