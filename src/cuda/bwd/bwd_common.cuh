@@ -165,6 +165,13 @@ __device__ __forceinline__ void bwd_zero_acc(float (*x)[4], const int n) {
     for (int e = 0; e < 4; ++e) x[j][e] = 0.f;
 }
 
+/* Where query row `row` (counted over all sequences) of head hh starts in dQ
+ * slice sl of the accumulator (the layout above; hdim the body's bucket). */
+__device__ __forceinline__ float *bwd_dq_acc_row(const sdpa_bwd_params *prm, int64_t sl,
+                                                 int64_t row, int hh, int hdim) {
+  return prm->dq_acc + sl * prm->slice + (row * prm->p.h + hh) * hdim;
+}
+
 /* lse2 and D of query row i of head hh (INFINITY and 0 past sq: the row's
  * scores are masked). */
 __device__ __forceinline__ void bwd_row_stats(const sdpa_bwd_params *prm, int64_t q_start,

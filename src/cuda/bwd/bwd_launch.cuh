@@ -73,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
     prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
   }
   for (int sl = 0; sl < prm.nsplit; ++sl) {
-    float4 *a = (float4 *)(prm.dq_acc + sl * prm.slice + (row * p->h + hh) * HD);
+    float4 *a = (float4 *)bwd_dq_acc_row(&prm, sl, row, hh, HD);
     for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
@@ -86,7 +86,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
   if (i >= sdpa_seq_len_q(p, b)) return;
   const int64_t row = sdpa_seq_q_start(p, b) + i;
   const int d = (int)p->d;
-  const float *a = prm.dq_acc + (row * p->h + hh) * HD;
+  const float *a = bwd_dq_acc_row(&prm, 0, row, hh, HD);
   SDPA_BELEM *dq = (SDPA_BELEM *)p->dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
   const float s = p->scale;
   for (int c = l8 * 8; c < d; c += 64) {

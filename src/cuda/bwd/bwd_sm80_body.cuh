@@ -379,7 +379,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
           for (int hf = 0; hf < 2; ++hf) {
             const int i = i_lo + hf * 8;
             if (i >= sq) continue;
-            float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice + ((q_start + i) * p->h + hh) * HD + ch * CW + 2 * t;
+            float *dst = bwd_dq_acc_row(prm, blockIdx.x, q_start + i, hh, HD) + ch * CW + 2 * t;
 #pragma unroll
             for (int dt = 0; dt < DQT; ++dt) red_add_f32x2(dst + dt * 8, acc[dt][2 * hf], acc[dt][2 * hf + 1]);
           }

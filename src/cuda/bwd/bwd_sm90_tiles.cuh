@@ -144,13 +144,14 @@ __device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*ac
                                           int hh, int wq, int g, int t) {
   /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
    * red.global.add.v4 costs more than it saves */
-  const sdpa_problem *p = &prm->p;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
     if (i >= sq) continue;
+    /* bwd_dq_acc_row's address written out: through the call ptxas schedules
+       the d = 192 kernels differently */
     float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                 ((q_start + i) * p->h + hh) * HD + c0 + 2 * t;
+                 ((q_start + i) * prm->p.h + hh) * HD + c0 + 2 * t;
 #pragma unroll
     for (int j = 0; j < n / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
   }

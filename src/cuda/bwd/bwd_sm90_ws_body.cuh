@@ -193,17 +193,16 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
  * tile free again once the copy engine has read it. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane) {
-  const sdpa_problem *p = &prm->p;
   const uint32_t tile = base + OFF_DQ + w * SM_DQ;
   int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int m0 = mb * BM;
-    float *dst = prm->dq_acc + ((kf->q_start + m0) * p->h + hh) * HD + w * DQN;
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
 #pragma unroll 1
-    for (int r = lane; r < BM && m0 + r < kf->sq; r += 32)
-      bulk_reduce_add_f32(dst + (int64_t)r * p->h * HD, tile + r * DQ_ROW * 4, DQN * 4);
+    for (int r = lane; r < BM && m0 + r < kf->sq; r += 32) /* (one dQ slice: not deterministic) */
+      bulk_reduce_add_f32(bwd_dq_acc_row(prm, 0, kf->q_start + m0 + r, hh, HD) + w * DQN,
+                          tile + r * DQ_ROW * 4, DQN * 4);
     bulk_commit();
     bulk_wait_read0();
     __syncwarp();

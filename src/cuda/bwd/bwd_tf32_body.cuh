@@ -591,6 +591,8 @@ __device__ __forceinline__ void key_block(const sdpa_bwd_params *prm, int nblk, 
       if (mb == s_plan[1]) ++hh, mb = s_plan[0]; else ++mb;
       const int more = hh < (hk + 1) * prm->h_per_hk;
       if (more) load_step(prm, hh, mb, sq);
+      /* bwd_dq_acc_row's address written out: through the call ptxas allocates
+         this kernel's registers differently */
       gemm_dq(prm, prm->dq_acc + blockIdx.x * prm->slice + ((sdpa_seq_q_start(p, b) + m0) * p->h + hh_now) * HD,
               p->h * HD, n0, m0, sq, sk, off, warp, L);
     }
