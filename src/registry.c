@@ -264,10 +264,10 @@ const sdpa_kernel_row *sdpa_registry_first(const sdpa_problem *p, sdpa_op op) {
 
 sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_row **out) {
   const char *opname = op == SDPA_OP_FWD ? "forward" : "backward";
-  int arch = current_arch(p);
   char why[256];
   *out = NULL;
   if (p->kernel) {
+    const int arch = current_arch(p);
     for (int i = 0; i < sdpa_registry_count(); ++i) {
       const sdpa_kernel_row *row = &rows[i];
       if (row->op != op || strcmp(row->name, p->kernel) != 0) continue;
@@ -285,6 +285,7 @@ sdpa_status sdpa_dispatch(const sdpa_problem *p, sdpa_op op, const sdpa_kernel_r
   *out = sdpa_registry_first(p, op);
   if (*out) return SDPA_OK;
   /* ... and only when none does, every refusal worded for the message */
+  const int arch = current_arch(p);
   char msg[900];
   size_t used = 0;
   msg[0] = '\0';
