@@ -255,6 +255,8 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     wg_fence();
     wg_keys_by_cols(dv, pa, s_do, BM);
     wg_commit();
+    wg_wait0(); /* pa free before dS takes registers (else ptxas serializes every wgmma) */
+    wg_fence_acc(dv, DTW);
     {
       uint32_t da[MS][4];
       pack_frags(da, sp, BM);
@@ -273,9 +275,7 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, wg * (DQN / 64), 0, DQN);
     wg_commit();
     wg_wait1(); /* dV / dK: the stage's Q and dO are read */
-    wg_fence_acc(dv, DTW);
     wg_fence_acc(dk, DTW);
-    wg_fence_frags(pa, MS);
     mbar_arrive(ws_bar(base, BAR_EMPTY + s));
     wg_wait0();
     wg_fence_acc(dqa, DQT);
