@@ -164,10 +164,7 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
             p->k_st.ss, BN, kf->sk - kf->n0, d, tid, p->k);
   load_tile(base + OFF_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, kf->n0, hk),
             p->v_st.ss, BN, kf->sk - kf->n0, dv, tid, p->v);
-  cp_async_commit();
-  cp_async_wait_all();
-  fence_proxy_async(); /* for the tensor cores, once the barrier passes */
-  mbar_arrive(ws_bar(base, BAR_KV_FULL));
+  cp_async_commit(); /* K and V: released below, once step 0's copies are out too */
   int hh = hk * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
@@ -181,6 +178,11 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     if (tid < BM)
       bwd_row_stats(prm, kf->q_start, hh, m0 + tid, kf->sq, &s_lse[s * BM + tid],
                     &s_dd[s * BM + tid]);
+    if (it == 0) {
+      cp_async_wait_1(); /* K and V landed */
+      fence_proxy_async(); /* for the tensor cores, once the barrier passes */
+      mbar_arrive(ws_bar(base, BAR_KV_FULL));
+    }
     cp_async_wait_all();
     fence_proxy_async();
     mbar_arrive(ws_bar(base, BAR_FULL + s));
