@@ -37,7 +37,7 @@ __device__ __forceinline__ uint64_t desc_mn(uint32_t a, uint32_t lbo) { return w
 
 /* acc = X Y^T over the first 16 nks columns (a literal: KS, or KSV for V)
  * for this warpgroup's 64 rows of the [BN, HD] tile at xa (K or V) and qs (a
- * literal, 32 or 64) rows of the [BM, HD] tile at ya (Q or dO). */
+ * literal, 32, 64 or 128) rows of the [BM, HD] tile at ya (Q or dO). */
 __device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa, uint32_t ya,
                                                    const int qs, const int nks) {
 #pragma unroll
@@ -45,7 +45,9 @@ __device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa,
     const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
     const uint64_t da = desc_k(xa + (ks >> 2) * BN * ROWB + koff);
     const uint64_t db = desc_k(ya + (ks >> 2) * BM * ROWB + koff);
-    if (qs == 64)
+    if (qs == 128)
+      SDPA_WG(ss, 128)(acc, da, db, ks > 0);
+    else if (qs == 64)
       SDPA_WG(ss, 64)(acc, da, db, ks > 0);
     else
       SDPA_WG(ss, 32)(acc, da, db, ks > 0);

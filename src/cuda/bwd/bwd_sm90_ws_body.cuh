@@ -84,14 +84,17 @@ enum {
   MS = BM / 16,     /* k16 steps over a step's queries */
   KS = HD / 16,     /* k16 steps over the head dim */
   DTW = HD / 8,     /* n8 tiles of dK / dV */
-  DQN = HD / 2,     /* dQ columns a consumer */
+  /* a consumer's 64 x 64 block of the step's dQ: at d 128 all 64 rows and
+     half of the columns, at d 64 (128 queries a step) half of the rows */
+  DQN = 64,
   DQT = DQN / 8,
+  DQ_BY_ROWS = BM == 128,
   ROWB = 128,
   TILE = BM * HD * 2,    /* a Q or dO tile */
   TILE_KV = BN * HD * 2, /* a K or V tile */
   SM_S = BN * BM * 2,    /* a dS^T tile */
   DQ_ROW = DQN + 8,      /* floats a staged dQ row: 16-byte aligned, float2 stores conflict-free */
-  SM_DQ = BM * DQ_ROW * 4,
+  SM_DQ = 64 * DQ_ROW * 4,
   /* K, V, Q [STAGES], dO [STAGES], dS^T [2], dQ [2 consumers], lse2 / D [STAGES][BM], barriers */
   OFF_K = 0,
   OFF_V = TILE_KV,
@@ -123,7 +126,8 @@ enum {
 #define LOAD_UNROLL 2 /* the producer keeps few registers */
 #define LOAD_ZFILL 1 /* head dims inside the bucket: no split warps */
 static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer warpgroups");
-static_assert(HD == 128 && BM == 64 && BN == 128, "d 128: 64 queries a step, 64 keys a consumer");
+static_assert(BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128)),
+              "64 keys a consumer; d 128: 64 queries a step, d 64: 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 /* setmaxnreg.inc waits until the registers are free: a split above what the
  * block holds at launch (NTHREADS x 168 under __launch_bounds__(NTHREADS, 1))
@@ -175,9 +179,9 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     load_tile(base + OFF_DO + s * TILE, do_b + m0 * dss + hh * dsh, dss, BM, kf->sq - m0, dv, tid,
               p->dout);
     cp_async_commit();
-    if (tid < BM)
-      bwd_row_stats(prm, kf->q_start, hh, m0 + tid, kf->sq, &s_lse[s * BM + tid],
-                    &s_dd[s * BM + tid]);
+#pragma unroll
+    for (int i = tid; i < BM; i += LOADERS)
+      bwd_row_stats(prm, kf->q_start, hh, m0 + i, kf->sq, &s_lse[s * BM + i], &s_dd[s * BM + i]);
     if (it == 0) {
       cp_async_wait_1(); /* K and V landed */
       fence_proxy_async(); /* for the tensor cores, once the barrier passes */
@@ -191,7 +195,7 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 }
 
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
-/* One bulk reduction a row (its DQN columns; rows inside the sequence), the
+/* One bulk reduction a row (its 64 columns; rows inside the sequence), the
  * tile free again once the copy engine has read it. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane) {
@@ -199,11 +203,12 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
   int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
-    const int m0 = mb * BM;
+    const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the block's first row */
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
 #pragma unroll 1
-    for (int r = lane; r < BM && m0 + r < kf->sq; r += 32) /* (one dQ slice: not deterministic) */
-      bulk_reduce_add_f32(bwd_dq_acc_row(prm, 0, kf->q_start + m0 + r, hh, HD) + w * DQN,
+    for (int r = lane; r < 64 && m0 + r < kf->sq; r += 32) /* (one dQ slice: not deterministic) */
+      bulk_reduce_add_f32(bwd_dq_acc_row(prm, 0, kf->q_start + m0 + r, hh, HD) +
+                              (DQ_BY_ROWS ? 0 : w * DQN),
                           tile + r * DQ_ROW * 4, DQN * 4);
     bulk_commit();
     bulk_wait_read0();
@@ -268,13 +273,14 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     bar_sync_named(BAR_DS, CONSUMERS);
 
     /* dK += dS^T Q (this warpgroup's 64 keys of the shared dS^T), then
-       dQ[64 queries, this warpgroup's DQN columns] = dS K over the 128 keys */
+       the warpgroup's 64 x 64 block of dQ = dS K over the 128 keys */
     float dqa[DQT][4];
     wg_fence_acc(dk, DTW);
     wg_fence();
     wg_keys_by_cols_ss(dk, opaque_u32(s_s + wg * 64 * ROWB), s_q, HD);
     wg_commit();
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, wg * (DQN / 64), 0, DQN);
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), DQ_BY_ROWS ? wg : 0,
+             DQ_BY_ROWS ? 0 : wg, 0, DQN);
     wg_commit();
     wg_wait1(); /* dV / dK: the stage's Q and dO are read */
     wg_fence_acc(dk, DTW);
