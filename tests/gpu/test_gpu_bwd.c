@@ -132,7 +132,7 @@ static void call_bias_row(const bwd_tcase *c, sdpa_bwd_desc *dev) {
   const char *line = strstr(buf, "bwd_sm90_bias_bf16_hd64 ");
   const char *end = line ? strchr(line, '\n') : NULL;
   const char *why = line ? strstr(line, "no: needs: bias") : NULL;
-  TEST_EXPECT(why && end && why < end && strncmp(buf, "selected: bwd_sm90_bf16_hd64\n", 29) == 0,
+  TEST_EXPECT(why && end && why < end && strncmp(buf, "selected: bwd_sm90_ws_bf16_hd64\n", 32) == 0,
               "explain selects the plain row and refuses the bias row (needs: bias):\n%s", buf);
 }
 
