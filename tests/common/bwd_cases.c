@@ -258,14 +258,19 @@ static void build_table(void) {
     .sk = 170, .d = 64, .varlen = 1, .causal = 1);
   H(.name = "sm90_d256_varlen_det", .dt = BF16, .b = 3, .h = 2, .hk = 1, .sq = 130, .sk = 140,
     .d = 256, .varlen = 1, .window = 1, .wl = 60, .wr = 5, .det = 5);
-  /* the warp-specialized d 128 rows (not deterministic: the case above goes
-   * on to bwd_sm90_f16_hd128): varlen with GQA packing and a partial last
-   * query step, dropout under a window, more query steps than stages */
+  /* the warp-specialized rows (not deterministic: the case above goes on to
+   * bwd_sm90_f16_hd128): varlen with GQA packing and a partial last query
+   * step, dropout under a window, more query steps than stages; at d 64
+   * (128 queries a step) softcap with varlen, a top-left window */
   H(.name = "sm90ws_d128_varlen_gqa4_causal", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 230,
     .sk = 260, .d = 128, .varlen = 1, .causal = 1, .row = "bwd_sm90_ws_bf16_hd128");
   H(.name = "sm90ws_d112_dropout_window", .dt = F16, .b = 2, .h = 4, .hk = 4, .sq = 333,
     .sk = 290, .d = 112, .window = 1, .wl = 90, .wr = 30, .dropout = 0.17f,
     .row = "bwd_sm90_ws_f16_hd128");
+  H(.name = "sm90ws_d48_varlen_gqa2_softcap", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 300,
+    .sk = 270, .d = 48, .varlen = 1, .causal = 1, .softcap = 3.f, .row = "bwd_sm90_ws_f16_hd64");
+  H(.name = "sm90ws_d64_window_tl", .dt = BF16, .b = 2, .h = 2, .hk = 1, .sq = 400, .sk = 333,
+    .d = 64, .top_left = 1, .window = 1, .wl = 100, .wr = 0, .row = "bwd_sm90_ws_bf16_hd64");
   /* the Hopper rows' deterministic mode: GQA, causal top-left with s_q > s_k,
    * a left window; and more than 16 key blocks, so that each block walks
    * several key blocks into its dQ slice (bwd_det_splits: at most 16 slices;
