@@ -345,7 +345,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
       ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31);
   } else {
     SDPA_SETMAXNREG_INC(SDPA_REG_C);
-    const int ctid = tid - PRODUCERS, wg = ctid >> 7, g = (ctid & 31) >> 2, t = ctid & 3;
+    /* the warpgroup as a warp-uniform value: the descriptors derived from it stay
+       in uniform registers */
+    const int ctid = tid - PRODUCERS, wg = __shfl_sync(0xffffffffu, ctid >> 7, 0);
+    const int g = (ctid & 31) >> 2, t = ctid & 3;
     const int kw = wg * 4 + ((ctid >> 5) & 3);
     float dk[DTW][4], dv[DTW][4];
     bwd_zero_acc(dk, DTW);
