@@ -247,7 +247,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   const sdpa_problem *p = &prm->p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int wg = warp >> 2, wq = warp & 3;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), wq = warp & 3; /* (uniform: descriptors) */
   const int kwg = wg % KWG, dsg = wg / KWG; /* key block, column split of the warpgroup */
   const int kw = kwg * 4 + wq;              /* this warp's 16 keys: n0 + 16 kw .. */
   const int qs = feat ? QS_F : QS; /* a literal */
