@@ -34,12 +34,6 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t x) {
  * 64-column blocks lbo bytes apart). */
 __device__ __forceinline__ uint64_t desc_k(uint32_t a) { return wg_desc(a, 16, 1024); }
 __device__ __forceinline__ uint64_t desc_mn(uint32_t a, uint32_t lbo) { return wg_desc(a, lbo, 1024); }
-/* The descriptor of the address `bytes` (a literal multiple of 16) past d's:
- * the start address field holds address / 16 and shared addresses stay below
- * 2^18, so the field never carries. One add, not a descriptor rebuilt. */
-__device__ __forceinline__ uint64_t desc_at(uint64_t d, const uint32_t bytes) {
-  return d + (bytes >> 4);
-}
 
 /* acc = X Y^T over the first 16 nks columns (a literal: KS, or KSV for V)
  * for this warpgroup's 64 rows of the [BN, HD] tile at xa (K or V) and qs (a
@@ -50,8 +44,8 @@ __device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa,
 #pragma unroll
   for (int ks = 0; ks < nks; ++ks) {
     const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
-    const uint64_t da = desc_at(da0, (ks >> 2) * BN * ROWB + koff);
-    const uint64_t db = desc_at(db0, (ks >> 2) * BM * ROWB + koff);
+    const uint64_t da = wg_desc_at(da0, (ks >> 2) * BN * ROWB + koff);
+    const uint64_t db = wg_desc_at(db0, (ks >> 2) * BM * ROWB + koff);
     if (qs == 128)
       SDPA_WG(ss, 128)(acc, da, db, ks > 0);
     else if (qs == 64)
@@ -69,7 +63,7 @@ __device__ __forceinline__ void wg_keys_by_cols(float (*acc)[4], const uint32_t 
   const uint64_t db0 = desc_mn(ta, BM * ROWB);
 #pragma unroll
   for (int ms = 0; ms < qs / 16; ++ms)
-    SDPA_WG(rs, SDPA_HDW)(acc, xa[ms], desc_at(db0, ms * 16 * ROWB), 1);
+    SDPA_WG(rs, SDPA_HDW)(acc, xa[ms], wg_desc_at(db0, ms * 16 * ROWB), 1);
 }
 
 /* acc += X^T T for a d split: X^T the [64 keys, BM queries] tile at xs
@@ -80,8 +74,8 @@ __device__ __forceinline__ void wg_keys_by_cols_ss(float (*acc)[4], uint32_t xs,
   const uint64_t da0 = desc_k(xs), db0 = desc_mn(ta, BM * ROWB);
 #pragma unroll
   for (int ks = 0; ks < BM / 16; ++ks) {
-    const uint64_t da = desc_at(da0, (ks >> 2) * BN * ROWB + (ks & 3) * 32);
-    const uint64_t db = desc_at(db0, ks * 16 * ROWB);
+    const uint64_t da = wg_desc_at(da0, (ks >> 2) * BN * ROWB + (ks & 3) * 32);
+    const uint64_t db = wg_desc_at(db0, ks * 16 * ROWB);
     if (n == 128)
       SDPA_WG(sst, 128)(acc, da, db, 1);
     else
@@ -141,8 +135,8 @@ __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t
   const uint64_t db0 = desc_mn(s_k + cb * BN * ROWB, BN * ROWB);
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks) {
-    const uint64_t da = desc_at(da0, ks * 16 * ROWB);
-    const uint64_t db = desc_at(db0, ks * 16 * ROWB);
+    const uint64_t da = wg_desc_at(da0, ks * 16 * ROWB);
+    const uint64_t db = wg_desc_at(db0, ks * 16 * ROWB);
     if (n == 128)
       SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
     else

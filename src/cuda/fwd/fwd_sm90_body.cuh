@@ -310,11 +310,12 @@ __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t s
   mbar_wait(kfull, ph);
   turn_wait(cw);
   wg_fence();
+  const uint64_t da = wg_desc(qa, 16, 1024), db = wg_desc(sk, 16, 1024);
 #pragma unroll
   for (int ks = 0; ks < KSQ; ++ks) {
     const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
-    SDPA_WG_QK(sc, wg_desc(qa + (ks >> 2) * BM * ROWB + koff, 16, 1024),
-               wg_desc(sk + (ks >> 2) * BN * ROWB + koff, 16, 1024), ks > 0);
+    SDPA_WG_QK(sc, wg_desc_at(da, (ks >> 2) * BM * ROWB + koff),
+               wg_desc_at(db, (ks >> 2) * BN * ROWB + koff), ks > 0);
   }
   wg_commit();
 }
@@ -342,9 +343,9 @@ __device__ __forceinline__ void pv_issue(float (*o)[DT][4], uint32_t (*pa)[4], c
   if (n0 + BN > kb->sk && zero_tail) zero_v_tail(sv, kb->sk - n0, ctid);
   wg_fence_acc(o[0], DT);
   wg_fence();
+  const uint64_t dv = wg_desc(sv, BN * ROWB, 1024);
 #pragma unroll
-  for (int ps = 0; ps < PS; ++ps)
-    SDPA_WG_PV(o[0], pa[ps], wg_desc(sv + ps * 16 * ROWB, BN * ROWB, 1024), 1);
+  for (int ps = 0; ps < PS; ++ps) SDPA_WG_PV(o[0], pa[ps], wg_desc_at(dv, ps * 16 * ROWB), 1);
   wg_commit();
 }
 
@@ -515,7 +516,8 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
   const uint32_t bars = base + OFF_BAR;
-  const int tid = threadIdx.x, wg = tid >> 7;
+  /* the warpgroup warp-uniform: descriptors derived from it stay in uniform registers */
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   const int make_mask = drop && SDPA_MASK_BY_PRODUCER;
   if (tid == 0) {
     mbar_init(bar_q(bars), 1);

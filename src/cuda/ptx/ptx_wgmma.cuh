@@ -34,6 +34,13 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
          ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | (1ull << 62);
 }
 
+/* The descriptor of the address `bytes` (a literal multiple of 16) past d's:
+ * the start address field holds address / 16 and shared addresses stay below
+ * 2^18, so the field never carries. One add, not a descriptor rebuilt. */
+__device__ __forceinline__ uint64_t wg_desc_at(uint64_t d, const uint32_t bytes) {
+  return d + (bytes >> 4);
+}
+
 __device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit(void) {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
