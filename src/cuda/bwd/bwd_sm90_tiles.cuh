@@ -44,8 +44,12 @@ __device__ __forceinline__ void wg_rows_by_queries(float (*acc)[4], uint32_t xa,
 #pragma unroll
   for (int ks = 0; ks < nks; ++ks) {
     const uint32_t koff = (ks & 3) * 32; /* k16 step inside a 128-byte row */
-    const uint64_t da = wg_desc_at(da0, (ks >> 2) * BN * ROWB + koff);
-    const uint64_t db = wg_desc_at(db0, (ks >> 2) * BM * ROWB + koff);
+    /* qs 32 (the d split): built a step, since held descriptors leave ptxas too
+       few registers to pipeline these under the next step's copies (C7511) */
+    const uint64_t da = qs == 32 ? desc_k(xa + (ks >> 2) * BN * ROWB + koff)
+                                 : wg_desc_at(da0, (ks >> 2) * BN * ROWB + koff);
+    const uint64_t db = qs == 32 ? desc_k(ya + (ks >> 2) * BM * ROWB + koff)
+                                 : wg_desc_at(db0, (ks >> 2) * BM * ROWB + koff);
     if (qs == 128)
       SDPA_WG(ss, 128)(acc, da, db, ks > 0);
     else if (qs == 64)
