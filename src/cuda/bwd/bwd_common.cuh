@@ -10,7 +10,8 @@
  * Workspace (fp32, each region 256-byte aligned):
  *   dq_acc [nsplit][total_q][h][hdim]  dQ accumulated over key blocks, padded to the
  *                                      bucket; nsplit slices in deterministic mode
- *                                      (none where a dQ kernel makes dQ: bwd_launch.cuh)
+ *                                      (none where a dQ kernel makes dQ: bwd_launch.cuh);
+ *                                      or tiled (bwd_dq_tiled_at, rows bwd_dq_tiled_rows)
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
  */
@@ -77,11 +78,21 @@ SDPA_HD int bwd_det_splits(const sdpa_problem *p, int hdim, int block_n, int sms
   return best;
 }
 
-SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit) {
+/* The tiled dQ accumulator's rows: sequence b starts at its first row plus
+ * 64 b, rounded down to a multiple of 64 (bwd_dq_tiled_at), so the last
+ * sequence ends below this. */
+SDPA_HD int64_t bwd_dq_tiled_rows(const sdpa_problem *p) {
+  return (bwd_total_q(p) + 64 * p->b) / 64 * 64;
+}
+
+/* tiled: the accumulator is bwd_dq_tiled_at's (one slice) */
+SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit,
+                                           int tiled) {
   bwd_ws_layout w;
   const size_t rows = (size_t)bwd_total_q(p), h = (size_t)p->h;
+  const size_t acc_rows = tiled ? (size_t)bwd_dq_tiled_rows(p) : (size_t)nsplit * rows;
   w.dq_acc = 0;
-  w.dsum = bwd_align256((size_t)nsplit * rows * h * (size_t)hdim * 4u);
+  w.dsum = bwd_align256(acc_rows * h * (size_t)hdim * 4u);
   w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
   w.bytes = w.lse2 + bwd_align256(rows * h * 4u);
   if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */
@@ -170,6 +181,29 @@ __device__ __forceinline__ void bwd_zero_acc(float (*x)[4], const int n) {
 __device__ __forceinline__ float *bwd_dq_acc_row(const sdpa_bwd_params *prm, int64_t sl,
                                                  int64_t row, int hh, int hdim) {
   return prm->dq_acc + sl * prm->slice + (row * prm->p.h + hh) * hdim;
+}
+
+/* The tiled accumulator (the warp-specialized rows): 64 x 64 fp32 tiles
+ * [row tile][h][hdim / 64][64 rows][64 columns], so a block's share of a
+ * step's dQ is one contiguous bulk reduction. Sequence b (its first row
+ * q_start over all sequences) starts at row (q_start + 64 b) rounded down to
+ * a multiple of 64, past the previous sequence's last tile: a tile never
+ * holds two sequences, and its rows past a sequence's end are padding that
+ * nothing reads. Inside a tile, row r's 8-column group c8 sits at group
+ * c8 ^ (r % 8), so the staging stores of a warp's 8 rows hit distinct banks.
+ * bwd_dq_tile: tile (query row i of sequence b, head hh, column block cb). */
+__device__ __forceinline__ float *bwd_dq_tile(const sdpa_bwd_params *prm, int64_t q_start, int b,
+                                              int64_t i, int hh, int cb, int hdim) {
+  const int64_t tr = ((q_start + 64 * (int64_t)b) >> 6) + (i >> 6);
+  return prm->dq_acc + ((tr * prm->p.h + hh) * (hdim / 64) + cb) * 4096;
+}
+
+/* Columns c .. c + 7 (c a multiple of 8) of query row i in the tiled layout. */
+__device__ __forceinline__ float *bwd_dq_tiled_at(const sdpa_bwd_params *prm, int64_t q_start,
+                                                  int b, int64_t i, int hh, int c, int hdim) {
+  const int r = (int)(i & 63);
+  return bwd_dq_tile(prm, q_start, b, i, hh, c >> 6, hdim) + r * 64 +
+         ((((c & 63) >> 3) ^ (r & 7)) << 3);
 }
 
 /* lse2 and D of query row i of head hh (INFINITY and 0 past sq: the row's

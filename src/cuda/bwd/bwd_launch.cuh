@@ -34,12 +34,30 @@
 #ifndef SDPA_BWD_NO_DET /* 1: a body without the deterministic mode: refused, no det kernels */
 #define SDPA_BWD_NO_DET 0
 #endif
+#ifndef SDPA_BWD_DQ_TILED /* 1: the dQ accumulator is tiled (bwd_dq_tiled_at; one slice) */
+#define SDPA_BWD_DQ_TILED 0
+#endif
+static_assert(!SDPA_BWD_DQ_TILED || SDPA_BWD_NO_DET, "a tiled accumulator has one slice");
 /* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
 #ifdef SDPA_DV
 #define SDPA_BWD_DV_MAX SDPA_DV
 #else
 #define SDPA_BWD_DV_MAX HD
 #endif
+
+/* Where accumulator slice sl holds columns c .. c + 7 (c a multiple of 8) of
+ * query row i of sequence b (row: i counted over all sequences), head hh. */
+static __device__ __forceinline__ float *bwd_dq_at(const sdpa_bwd_params *prm, int sl, int b,
+                                                   int64_t i, int64_t row, int hh, int c) {
+#if SDPA_BWD_DQ_TILED
+  (void)sl;
+  return bwd_dq_tiled_at(prm, row - i, b, i, hh, c, HD);
+#else
+  (void)b;
+  (void)i;
+  return bwd_dq_acc_row(prm, sl, row, hh, HD) + c;
+#endif
+}
 
 /* ---- pre: D, lse2, zeroed dQ accumulator ------------------------------------------ */
 /* 256 threads = 32 (row, head) items of 8 lanes; grid (rows / 32, h, b). */
@@ -72,10 +90,12 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
     prm.dsum[hh * prm.total_q + row] = acc;
     prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
   }
-  for (int sl = 0; sl < prm.nsplit; ++sl) {
-    float4 *a = (float4 *)bwd_dq_acc_row(&prm, sl, row, hh, HD);
-    for (int c = l8; c < HD / 4; c += 8) a[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
+  for (int sl = 0; sl < prm.nsplit; ++sl)
+    for (int c = l8 * 8; c < HD; c += 64) {
+      float4 *a = (float4 *)bwd_dq_at(&prm, sl, b, i, row, hh, c);
+      a[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+      a[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
 }
 
 /* ---- post: dQ = scale * accumulator, in the input dtype ------------------------------ */
@@ -86,13 +106,13 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
   if (i >= sdpa_seq_len_q(p, b)) return;
   const int64_t row = sdpa_seq_q_start(p, b) + i;
   const int d = (int)p->d;
-  const float *a = bwd_dq_acc_row(&prm, 0, row, hh, HD);
   SDPA_BELEM *dq = (SDPA_BELEM *)p->dq + sdpa_q_offset(p, p->dq_st, b, i, hh);
   const float s = p->scale;
   for (int c = l8 * 8; c < d; c += 64) {
-    float4 x = *(const float4 *)(a + c), y = *(const float4 *)(a + c + 4);
+    const float *a = bwd_dq_at(&prm, 0, b, i, row, hh, c);
+    float4 x = *(const float4 *)a, y = *(const float4 *)(a + 4);
     for (int sl = 1; sl < prm.nsplit; ++sl) { /* deterministic: the slices in a fixed order */
-      const float4 x2 = *(const float4 *)(a + sl * prm.slice + c), y2 = *(const float4 *)(a + sl * prm.slice + c + 4);
+      const float4 x2 = *(const float4 *)(a + sl * prm.slice), y2 = *(const float4 *)(a + sl * prm.slice + 4);
       x.x += x2.x, x.y += x2.y, x.z += x2.z, x.w += x2.w;
       y.x += y2.x, y.y += y2.y, y.z += y2.z, y.w += y2.w;
     }
@@ -155,7 +175,8 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
  * summed over broadcast dims) the full gradient the kernels write, which
  * sdpa_dbias_sum adds up into the caller's dbias. */
 static size_t SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(const sdpa_problem *p, size_t *full_at) {
-  *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p)).bytes;
+  *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p),
+                                  SDPA_BWD_DQ_TILED).bytes;
   return *full_at + (SDPA_BWD_BIAS ? bwd_align256(sdpa_dbias_full_bytes(p)) : 0);
 }
 
@@ -250,7 +271,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
   const int nsplit = SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p);
-  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit);
+  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit, SDPA_BWD_DQ_TILED);
 
   sdpa_bwd_params prm;
   prm.p = *p;
@@ -316,4 +337,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BWD_DV_MAX
 #undef SDPA_BWD_NO_DET
+#undef SDPA_BWD_DQ_TILED
 #include "cuda/row_undef.cuh"

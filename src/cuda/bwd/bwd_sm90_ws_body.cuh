@@ -28,10 +28,11 @@
  *              half of the columns over all 128 keys, so each dQ element is
  *              reduced once a block. The stage is released as soon as dV /
  *              dK are done; dQ goes to the warpgroup's fp32 dQ tile.
- *   writers    producer warps 2, 3, one a consumer: each row of its dQ
- *              tile is added to the accumulator by one bulk reduction of
- *              the copy engine (cp.reduce.async.bulk), so the consumers
- *              issue no atomics and wait for none.
+ *   writers    producer warps 2, 3, one a consumer: its dQ tile is added
+ *              to the accumulator by one bulk reduction of the copy engine
+ *              (cp.reduce.async.bulk), the accumulator being tiled to match
+ *              (bwd_dq_tile), so the consumers issue no atomics and wait
+ *              for none.
  * No block-wide barrier after the start: the roles meet on mbarriers, the
  * consumers on one named barrier a step. The producer warpgroup keeps 56
  * registers a thread (setmaxnreg), the consumers 224.
@@ -73,6 +74,7 @@
 #define SDPA_REG_P 56
 #define SDPA_REG_C 224
 #define SDPA_BWD_NO_DET 1 /* bwd_launch.cuh: the row refuses the deterministic mode */
+#define SDPA_BWD_DQ_TILED 1 /* bwd_launch.cuh: dQ accumulated in 64 x 64 tiles, one bulk add each */
 
 enum {
   HD = SDPA_HDIM,
@@ -93,8 +95,7 @@ enum {
   TILE = BM * HD * 2,    /* a Q or dO tile */
   TILE_KV = BN * HD * 2, /* a K or V tile */
   SM_S = BN * BM * 2,    /* a dS^T tile */
-  DQ_ROW = DQN + 8,      /* floats a staged dQ row: 16-byte aligned, float2 stores conflict-free */
-  SM_DQ = 64 * DQ_ROW * 4,
+  SM_DQ = 64 * DQN * 4, /* a staged dQ block: a tile of the accumulator, its layout (bwd_dq_tile) */
   /* K, V, Q [STAGES], dO [STAGES], dS^T [2], dQ [2 consumers], lse2 / D [STAGES][BM], barriers */
   OFF_K = 0,
   OFF_V = TILE_KV,
@@ -129,6 +130,7 @@ static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer wa
 static_assert(BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128)),
               "64 keys a consumer; d 128: 64 queries a step, d 64: 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+static_assert(OFF_DQ % 256 == 0 && SM_DQ % 256 == 0, "dQ tiles: the staging stores' xor needs bits 5-7 clear");
 /* setmaxnreg.inc waits until the registers are free: a split above what the
  * block holds at launch (NTHREADS x 168 under __launch_bounds__(NTHREADS, 1))
  * would hang */
@@ -195,28 +197,29 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 }
 
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
-/* One bulk reduction a row (its 64 columns; rows inside the sequence), the
- * tile free again once the copy engine has read it. */
+/* One bulk reduction a tile (skipped when all its rows are past the
+ * sequence), the tile free again once the copy engine has read it. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane) {
   const uint32_t tile = base + OFF_DQ + w * SM_DQ;
   int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
-    const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the block's first row */
+    const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the tile's first row */
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
-#pragma unroll 1
-    for (int r = lane; r < 64 && m0 + r < kf->sq; r += 32) /* (one dQ slice: not deterministic) */
-      bulk_reduce_add_f32(bwd_dq_acc_row(prm, 0, kf->q_start + m0 + r, hh, HD) +
-                              (DQ_BY_ROWS ? 0 : w * DQN),
-                          tile + r * DQ_ROW * 4, DQN * 4);
-    bulk_commit();
-    bulk_wait_read0();
+    if (lane == 0) {
+      if (m0 < kf->sq) /* (one accumulator: not deterministic) */
+        bulk_reduce_add_f32(
+            bwd_dq_tile(prm, kf->q_start, blockIdx.z, m0, hh, DQ_BY_ROWS ? 0 : w, HD), tile,
+            SM_DQ);
+      bulk_commit();
+      bulk_wait_read0();
+      mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
+    }
     __syncwarp();
-    if (lane == 0) mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
     ws_next_step(kf, &hh, &mb);
   }
-  bulk_wait0();
+  if (lane == 0) bulk_wait0();
 }
 
 /* ---- consumers: the five products of a step ------------------------------------------- */
@@ -288,15 +291,18 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     wg_wait0();
     wg_fence_acc(dqa, DQT);
 
-    /* to the warpgroup's dQ tile, which a producer warp adds to the accumulator */
+    /* to the warpgroup's dQ tile (row r's 8-column group j at j ^ (r % 8) = j ^ g),
+       which a producer warp adds to the accumulator */
     mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
     {
-      const uint32_t st = base + OFF_DQ + wg * SM_DQ + ((wq * 16 + g) * DQ_ROW + 2 * t) * 4;
+      /* (the group's byte offset j 32 sits in bits 5-7, which the tile's base and
+         row leave 0: j ^ g is an xor of the address) */
+      const uint32_t st = (base + OFF_DQ + wg * SM_DQ + ((wq * 16 + g) * DQN + 2 * t) * 4) ^ (g << 5);
 #pragma unroll
       for (int j = 0; j < DQT; ++j)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st + (hf * 8 * DQ_ROW + 8 * j) * 4),
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"((st ^ (j << 5)) + hf * 8 * DQN * 4),
                        "f"(dqa[j][2 * hf]), "f"(dqa[j][2 * hf + 1])
                        : "memory");
     }
