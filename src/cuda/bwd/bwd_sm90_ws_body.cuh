@@ -257,37 +257,33 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
       bwd_p_ds_forms(ss + 4 * h2, sp + 4 * h2, 4, prm, s_lse + s * BM + 32 * h2,
                      s_dd + s * BM + 32 * h2, b, hh, j_lo, m0 + 32 * h2, lane, sq, sk, off,
                      keep[h2], feat, full, 1);
-    uint32_t pa[MS][4];
+    /* dV += P^T dO and dK += dS^T Q, both with their A operand from registers,
+       while dS^T goes to shared memory for dQ and the consumers meet */
+    uint32_t pa[MS][4], da[MS][4];
     pack_frags(pa, ss, BM);
-
-    /* dV += P^T dO (P^T from registers) while dS^T goes to shared memory */
+    pack_frags(da, sp, BM);
     wg_fence_acc(dv, DTW);
-    wg_fence();
-    wg_keys_by_cols(dv, pa, s_do, BM);
-    wg_commit();
-    wg_wait0(); /* pa free before dS takes registers (else ptxas serializes every wgmma) */
-    wg_fence_acc(dv, DTW);
-    {
-      uint32_t da[MS][4];
-      pack_frags(da, sp, BM);
-      store_ds(s_s, da, kw, 0, g, t, BM);
-    }
-    fence_proxy_async(); /* the dS^T stores, for the products' reads */
-    bar_sync_named(BAR_DS, CONSUMERS);
-
-    /* dK += dS^T Q (this warpgroup's 64 keys of the shared dS^T), then
-       the warpgroup's 64 x 64 block of dQ = dS K over the 128 keys */
-    float dqa[DQT][4];
     wg_fence_acc(dk, DTW);
     wg_fence();
-    wg_keys_by_cols_ss(dk, opaque_u32(s_s + wg * 64 * ROWB), s_q, HD);
+    wg_keys_by_cols(dv, pa, s_do, BM);
+    wg_keys_by_cols(dk, da, s_q, BM);
     wg_commit();
+    store_ds(s_s, da, kw, 0, g, t, BM);
+    fence_proxy_async(); /* the dS^T stores, for the products' reads */
+    bar_sync_named(BAR_DS, CONSUMERS);
+    wg_wait0(); /* dV / dK: pa, da free, the stage's Q and dO read */
+    wg_fence_acc(dv, DTW);
+    wg_fence_acc(dk, DTW);
+    wg_fence_frags(pa, MS);
+    wg_fence_frags(da, MS);
+    mbar_arrive(ws_bar(base, BAR_EMPTY + s));
+
+    /* the warpgroup's 64 x 64 block of dQ = dS K over the 128 keys */
+    float dqa[DQT][4];
+    wg_fence();
     dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), DQ_BY_ROWS ? wg : 0,
              DQ_BY_ROWS ? 0 : wg, 0, DQN);
     wg_commit();
-    wg_wait1(); /* dV / dK: the stage's Q and dO are read */
-    wg_fence_acc(dk, DTW);
-    mbar_arrive(ws_bar(base, BAR_EMPTY + s));
     wg_wait0();
     wg_fence_acc(dqa, DQT);
 
