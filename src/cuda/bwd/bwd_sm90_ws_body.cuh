@@ -21,11 +21,11 @@
  *              for the tensor cores, and its full barrier is arrived on.
  *   consumers  warpgroups 1 and 2, 64 keys each: per step S^T = K Q^T and
  *              dP^T = V dO^T (both operands shared), P and dS in registers
- *              (bwd_scores.cuh), dV += P^T dO with P^T from registers; dS^T
- *              to a shared tile (two, alternating by step) and, after a
- *              named barrier between the consumers, dK += dS^T Q (its own
- *              keys' rows of the tile) and dQ = dS K for the warpgroup's
- *              half of the columns over all 128 keys, so each dQ element is
+ *              (bwd_scores.cuh), dV += P^T dO and dK += dS^T Q with P^T
+ *              and dS^T from registers; while those run, dS^T goes to a
+ *              shared tile (two, alternating by step) and the consumers
+ *              meet on a named barrier; then dQ = dS K for the warpgroup's
+ *              block of dQ over all 128 keys, so each dQ element is
  *              reduced once a block. The stage is released as soon as dV /
  *              dK are done; dQ goes to the warpgroup's fp32 dQ tile.
  *   writers    producer warps 2, 3, one a consumer: its dQ tile is added
