@@ -1,12 +1,12 @@
 """GPU benchmark: sdpa against torch SDPA's FLASH, CUDNN and EFFICIENT backends
 in one process, on the same inputs (docs/design.md §8).
 
-Grid: bf16, d in {64, 128, 256}, s in {512 .. 16k} with b*s = 16k and
-h*d = 2048, causal on and off. FLOPs: forward 4*b*h*s_q*s_k*d (halved when
+Grid: bf16, d in {64, 128, 256} (--dims: others), s in {512 .. 16k} with
+b*s = 16k and h = 2048 // d, causal on and off. FLOPs: forward 4*b*h*s_q*s_k*d (halved when
 causal); backward 2.5x that. Writes bench/results/<date>-<gpu>.json (schema of
 docs/design.md §8) and a markdown table beside it, and prints the table.
 
-  python3 bench/bench.py [--ops fwd,bwd] [--quick]
+  python3 bench/bench.py [--ops fwd,bwd] [--quick] [--dims 64,96,128,192,256]
   python3 bench/bench.py --dropout P   the cost of dropout (suffix -dropout)
   python3 bench/bench.py --bias        a full [b, h, s, s] bf16 bias: ops fwd_bias and
                                        bwd_bias (dq, dk, dv and dbias), suffix -bias,
@@ -472,6 +472,9 @@ def main():
     ap.add_argument("--ops", default=None,
                     help="fwd, bwd or fwd,bwd (default fwd; fwd,bwd with --bias or --f32)")
     ap.add_argument("--quick", action="store_true", help="s in {1024, 4096} only")
+    ap.add_argument("--dims", default="64,128,256",
+                    help="the grid's head dims (comma-separated; the Hopper issues' grid is "
+                         "64,96,128,192,256)")
     ap.add_argument("--hdims", default=None,
                     help="--hdim: these head dims (comma-separated) instead of "
                          + ",".join(map(str, HDIMS)))
@@ -516,8 +519,11 @@ def main():
     if args.bias or args.f32 or args.f32_bias:
         run_checked(gpu, ops, bias=args.bias or args.f32_bias, f32=args.f32 or args.f32_bias)
         return
+    dims = [int(x) for x in args.dims.split(",")]
+    if any(d <= 0 or d > 2048 for d in dims):
+        ap.error(f"--dims {args.dims}: expected head dims in 1 .. 2048 (h = 2048 // d)")
     for op in ops:
-        for d in (64, 128, 256):
+        for d in dims:
             for causal in (False, True):
                 for s in seqs:
                     b, h = 16384 // s, 2048 // d

@@ -61,9 +61,10 @@ KIND_TITLES = {
 }
 
 KIND_NOTES = {
-    "fwd": "bench.py's grid: d in {64, 128, 256}, causal off / on, b * s = 16384, h * d = 2048.",
-    "bwd": "bench.py's grid (dq, dk, dv): d in {64, 128, 256}, causal off / on, "
-           "b * s = 16384, h * d = 2048.",
+    "fwd": "bench.py's grid: d in {64, 128, 256} (`--dims`: others), causal off / on, "
+           "b * s = 16384, h = 2048 // d.",
+    "bwd": "bench.py's grid (dq, dk, dv): d in {64, 128, 256} (`--dims`: others), causal off / "
+           "on, b * s = 16384, h = 2048 // d.",
     "dropout": "Each shape at p = 0 and at p > 0; `sdpa / p = 0` is sdpa's figure over its own "
                "figure at p = 0 (the cost of dropout).",
     "bias": "A full [b, h, s, s] bf16 bias (torch: attn_mask); bwd_bias includes dbias. Outputs "
