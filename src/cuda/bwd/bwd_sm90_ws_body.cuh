@@ -139,15 +139,6 @@ static_assert(PRODUCERS * SDPA_REG_P + CONSUMERS * SDPA_REG_C <= NTHREADS * ((65
 
 #include "cuda/bwd/bwd_sm90_tiles.cuh"
 
-/* Pins packed A fragments in their registers until here: a product reading
- * them from registers may still run, so they must not be reused before. */
-__device__ __forceinline__ void wg_fence_frags(uint32_t (*a)[4], const int n) {
-#pragma unroll
-  for (int m = 0; m < n; ++m)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[m][e])::"memory");
-}
-
 __device__ __forceinline__ uint32_t ws_bar(uint32_t base, int i) { return base + OFF_BAR + 8 * i; }
 
 /* The (query head, query block) after this step's, in the walk's order:
@@ -274,8 +265,6 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     wg_wait0(); /* dV / dK: pa, da free, the stage's Q and dO read */
     wg_fence_acc(dv, DTW);
     wg_fence_acc(dk, DTW);
-    wg_fence_frags(pa, MS);
-    wg_fence_frags(da, MS);
     mbar_arrive(ws_bar(base, BAR_EMPTY + s));
 
     /* the warpgroup's 64 x 64 block of dQ = dS K over the 128 keys */
