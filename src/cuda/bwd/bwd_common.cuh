@@ -78,11 +78,16 @@ SDPA_HD int bwd_det_splits(const sdpa_problem *p, int hdim, int block_n, int sms
   return best;
 }
 
-/* The tiled dQ accumulator's rows: sequence b starts at its first row plus
- * 64 b, rounded down to a multiple of 64 (bwd_dq_tiled_at), so the last
- * sequence ends below this. */
+/* The tiled accumulator's first row of sequence b (q_start: its first row
+ * over all sequences): q_start + 64 b rounded down to a multiple of 64, past
+ * the previous sequence's last tile (bwd_dq_tiled_at). */
+SDPA_HD int64_t bwd_dq_tile_row0(int64_t q_start, int64_t b) {
+  return (q_start + 64 * b) & ~(int64_t)63; /* (never negative) */
+}
+
+/* The tiled accumulator's rows: where a sequence after the last would start. */
 SDPA_HD int64_t bwd_dq_tiled_rows(const sdpa_problem *p) {
-  return (bwd_total_q(p) + 64 * p->b) / 64 * 64;
+  return bwd_dq_tile_row0(bwd_total_q(p), p->b);
 }
 
 /* tiled: the accumulator is bwd_dq_tiled_at's (one slice) */
@@ -194,7 +199,7 @@ __device__ __forceinline__ float *bwd_dq_acc_row(const sdpa_bwd_params *prm, int
  * bwd_dq_tile: tile (query row i of sequence b, head hh, column block cb). */
 __device__ __forceinline__ float *bwd_dq_tile(const sdpa_bwd_params *prm, int64_t q_start, int b,
                                               int64_t i, int hh, int cb, int hdim) {
-  const int64_t tr = ((q_start + 64 * (int64_t)b) >> 6) + (i >> 6);
+  const int64_t tr = (bwd_dq_tile_row0(q_start, b) + i) >> 6;
   return prm->dq_acc + ((tr * prm->p.h + hh) * (hdim / 64) + cb) * 4096;
 }
 
