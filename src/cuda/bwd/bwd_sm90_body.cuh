@@ -165,6 +165,26 @@ static_assert(HDV == HD || (HD == 192 && HDV == 128), "a _dv128 row: d = 192's s
 static_assert(SDPA_BWD_DQ_KERNEL == (DSG == 2), "the dQ kernels are the d split's");
 
 #include "cuda/bwd/bwd_sm90_tiles.cuh"
+
+/* acc (dq_issue's, complete: n columns from column c0) added to the fp32
+ * accumulator (rows past sq skipped). */
+__device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
+                                          int c0, const int n, int m0, int sq, int64_t q_start,
+                                          int hh, int wq, int g, int t) {
+  /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
+   * red.global.add.v4 costs more than it saves */
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
+    if (i >= sq) continue;
+    /* bwd_dq_acc_row's address written out: through the call ptxas schedules
+       the d = 192 kernels differently */
+    float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
+                 ((q_start + i) * prm->p.h + hh) * HD + c0 + 2 * t;
+#pragma unroll
+    for (int j = 0; j < n / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
+  }
+}
 #include "cuda/bwd/bwd_bias.cuh" /* after the geometry: BM, BN, NTHREADS, BCH, BCH8 */
 
 /* dQ[64 rows of block rb, DQN columns of chunk cc] += dS K, on its own. */

@@ -4,7 +4,7 @@
  * [rows, d] tile (d / 64 blocks of [rows][64], chunk c of row r at chunk
  * c ^ (r % 8)) and its cp.async load, the wgmma descriptors, the products
  * S^T = K Q^T / dP^T = V dO^T and dV += P^T dO / dK += dS^T Q, the dS^T
- * store, and dQ = dS K with its reduction into the fp32 accumulator. A body
+ * store, and the issue of dQ = dS K. A body
  * includes it after its geometry: HD, BM (query rows a step), BN (keys a
  * block), ROWB, CPR and tile_load.cuh's other fields, SDPA_HDW, SDPA_WG and
  * SDPA_TY; and after bwd_scores.cuh (wg_scores makes the dropout bits).
@@ -145,26 +145,6 @@ __device__ __forceinline__ void dq_issue(float (*acc)[4], uint32_t s_s, uint32_t
       SDPA_WG(sstt, 128)(acc, da, db, add || ks > 0);
     else
       SDPA_WG(sstt, 64)(acc, da, db, add || ks > 0);
-  }
-}
-
-/* acc (dq_issue's, complete: n columns from column c0) added to the fp32
- * accumulator (rows past sq skipped). */
-__device__ __forceinline__ void dq_reduce(const sdpa_bwd_params *prm, float (*acc)[4], int rb,
-                                          int c0, const int n, int m0, int sq, int64_t q_start,
-                                          int hh, int wq, int g, int t) {
-  /* two 8-byte reductions a tile: a lane-pair exchange for one 16-byte
-   * red.global.add.v4 costs more than it saves */
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int i = m0 + rb * 64 + wq * 16 + g + 8 * hf;
-    if (i >= sq) continue;
-    /* bwd_dq_acc_row's address written out: through the call ptxas schedules
-       the d = 192 kernels differently */
-    float *dst = prm->dq_acc + (int64_t)blockIdx.x * prm->slice +
-                 ((q_start + i) * prm->p.h + hh) * HD + c0 + 2 * t;
-#pragma unroll
-    for (int j = 0; j < n / 8; ++j) red_add_f32x2(dst + 8 * j, acc[j][2 * hf], acc[j][2 * hf + 1]);
   }
 }
 

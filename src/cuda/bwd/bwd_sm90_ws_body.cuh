@@ -51,7 +51,6 @@
 #include "registry.h"
 #include "cuda/bwd/bwd_scores.cuh"
 #include "cuda/bwd/bwd_common.cuh"
-#include "cuda/ptx/ptx_atomic.cuh"
 #include "cuda/ptx/ptx_bar.cuh"
 #include "cuda/ptx/ptx_cp_async.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
