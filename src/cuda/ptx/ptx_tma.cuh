@@ -66,9 +66,9 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap *map
 }
 
 /* bytes (a multiple of 16, both addresses 16-byte aligned) of fp32 at shared
- * src added to global dst by the copy engine, in this thread's bulk group;
- * commit the group, then wait until the reads of src are done (src may be
- * written again; the additions land later, before the kernel ends). */
+ * src added to global dst by the copy engine, in this thread's open bulk
+ * group: bulk_commit closes the group, bulk_wait_read0 waits until src may be
+ * written again, bulk_wait0 until the additions have landed. */
 __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
                "r"(src), "r"(bytes)
@@ -80,7 +80,6 @@ __device__ __forceinline__ void bulk_commit(void) {
 __device__ __forceinline__ void bulk_wait_read0(void) {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
-/* ... and until their writes are done. */
 __device__ __forceinline__ void bulk_wait0(void) {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
