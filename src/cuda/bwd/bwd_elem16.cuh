@@ -2,7 +2,8 @@
  * bwd_elem16.cuh - what the 16-bit backward bodies (bwd_sm80_body.cuh,
  * bwd_sm90_body.cuh) share about their element type: SDPA_BWD_IS_BF16 (1
  * for a BF16 row, 0 for F16), SDPA_PACK / SDPA_TO_F32 (two fp32 to a packed
- * pair, one 16-bit value to fp32), SDPA_BIAS_KIND (bwd_p_ds's bias literal),
+ * pair, one 16-bit value to fp32), SDPA_TY (the dtype's suffix in
+ * ptx_wgmma.cuh's names), SDPA_BIAS_KIND (bwd_p_ds's bias literal),
  * SDPA_BELEM, the element I/O of bwd_launch.cuh's pre / post kernels
  * (bwd_ld8, bwd_ld1, bwd_st8), and the stores of a gradient row's packed
  * column pairs (bwd_st_pair: dK, dV, dQ).
@@ -15,10 +16,12 @@
 
 #if SDPA_BWD_IS_BF16
 #define SDPA_PACK pack_bf16x2
+#define SDPA_TY bf16
 #define SDPA_TO_F32 bwd_bf16_to_f32
 #define SDPA_BIAS_KIND 2 /* bwd_p_ds's bias literal: the bias is bf16 */
 #else
 #define SDPA_PACK pack_f16x2
+#define SDPA_TY f16
 #define SDPA_TO_F32 bwd_f16_to_f32
 #define SDPA_BIAS_KIND 1 /* fp16 */
 #endif

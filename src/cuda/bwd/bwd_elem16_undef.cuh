@@ -4,6 +4,7 @@
 #undef SDPA_BDT_IS_BF16_F16
 #undef SDPA_BWD_IS_BF16
 #undef SDPA_PACK
+#undef SDPA_TY
 #undef SDPA_TO_F32
 #undef SDPA_BIAS_KIND
 #undef SDPA_BELEM

@@ -81,11 +81,6 @@
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
 
-#if SDPA_BWD_IS_BF16
-#define SDPA_TY bf16
-#else
-#define SDPA_TY f16
-#endif
 /* Per bucket: dK / dV columns per warpgroup (the m64n<HDW> of dV, dK);
  * queries per sub-step (S^T / dP^T are m64n<qs>) of the plain kernels (the
  * atomic and the deterministic one) and of the feature ones, whose extra
@@ -101,7 +96,6 @@ enum { QS = 64, QS_F = 32, DQN = 64 };
 #define SDPA_HDW 128
 enum { QS = 32, QS_F = 32, DQN = 128 };
 #endif
-#define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
 #ifndef SDPA_DV
 #define SDPA_DV SDPA_HDIM
 #endif
@@ -629,7 +623,6 @@ __device__ __forceinline__ void bwd_dq_body(const sdpa_bwd_params *prm, const in
 #undef SPLIT_DQ_N
 #undef SPLIT_DK_COL
 #undef SDPA_HDW
-#undef SDPA_TY
 #undef SDPA_DV
 #undef TILE_SWZ
 #undef LOAD_ZFILL

@@ -6,11 +6,15 @@
  * S^T = K Q^T / dP^T = V dO^T and dV += P^T dO / dK += dS^T Q, the dS^T
  * store, and the issue of dQ = dS K. A body
  * includes it after its geometry: HD, BM (query rows a step), BN (keys a
- * block), ROWB, CPR and tile_load.cuh's other fields, SDPA_HDW, SDPA_WG and
- * SDPA_TY; and after bwd_scores.cuh (wg_scores makes the dropout bits).
+ * block), ROWB, CPR and tile_load.cuh's other fields, and SDPA_HDW; and after
+ * bwd_elem16.cuh (SDPA_TY) and bwd_scores.cuh (wg_scores makes the dropout
+ * bits). SDPA_WG(kind, n) names the dtype's m64n<n> wgmma of that kind; the
+ * body #undef's it.
  */
 #ifndef SDPA_BWD_SM90_TILES_CUH
 #define SDPA_BWD_SM90_TILES_CUH
+
+#define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
 
 typedef uint16_t tile_elem;
 /* tile_load.cuh's chunk index in a tile of `rows` rows: its address (r CPR +

@@ -61,13 +61,7 @@
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
 
-#if SDPA_BWD_IS_BF16
-#define SDPA_TY bf16
-#else
-#define SDPA_TY f16
-#endif
 #define SDPA_HDW SDPA_HDIM /* dK / dV columns a warpgroup: all of them */
-#define SDPA_WG(kind, n) SDPA_PASTE(SDPA_PASTE(wgmma_##kind##_m64n, n), SDPA_PASTE(_, SDPA_TY))
 /* setmaxnreg's split of the block's 384 x 168 registers: the producer keeps
  * what its copies' addresses need, the consumers take the rest */
 #define SDPA_REG_P 56
@@ -361,7 +355,6 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 
 #undef SDPA_WG
 #undef SDPA_HDW
-#undef SDPA_TY
 #undef SDPA_REG_P
 #undef SDPA_REG_C
 #undef TILE_SWZ
