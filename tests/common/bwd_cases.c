@@ -258,8 +258,7 @@ static void build_table(void) {
     .sk = 170, .d = 64, .varlen = 1, .causal = 1);
   H(.name = "sm90_d256_varlen_det", .dt = BF16, .b = 3, .h = 2, .hk = 1, .sq = 130, .sk = 140,
     .d = 256, .varlen = 1, .window = 1, .wl = 60, .wr = 5, .det = 5);
-  /* the warp-specialized rows (not deterministic: the case above goes on to
-   * bwd_sm90_f16_hd128): varlen with GQA packing and a partial last query
+  /* the warp-specialized rows: varlen with GQA packing and a partial last query
    * step, dropout under a window, more query steps than stages; at d 64
    * (128 queries a step) softcap with varlen, a top-left window */
   H(.name = "sm90ws_d128_varlen_gqa4_causal", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 230,
@@ -276,13 +275,25 @@ static void build_table(void) {
    * several key blocks into its dQ slice (bwd_det_splits: at most 16 slices;
    * at d = 256 the dQ kernel instead, over 18 key tiles a query block) */
   H(.name = "sm90_d128_det_causal_tl_gqa4", .dt = F16, .b = 1, .h = 8, .hk = 2, .sq = 520,
-    .sk = 300, .d = 128, .causal = 1, .top_left = 1, .det = 5, .row = "bwd_sm90_f16_hd128");
+    .sk = 300, .d = 128, .causal = 1, .top_left = 1, .det = 5, .row = "bwd_sm90_ws_f16_hd128");
   H(.name = "sm90_d64_det_window_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 600, .sk = 700,
     .d = 64, .window = 1, .wl = 150, .wr = 30, .det = 5);
   H(.name = "sm90_d256_det_dqkernel_dropout", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 130,
     .sk = 1100, .d = 256, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d128_det_walk_causal", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100, .sk = 2200,
     .d = 128, .causal = 1, .det = 5);
+  /* the same on the older row, forced (the warp-specialized rows take the
+   * deterministic mode at d <= 128): its key-block walk into dQ slices */
+  H(.name = "sm90_d128_det_walk_causal_slices", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100,
+    .sk = 2200, .d = 128, .causal = 1, .det = 5, .kernel = "bwd_sm90_f16_hd128");
+  /* the warp-specialized rows' counters: varlen with GQA (tiles of sequences
+   * that do not start on a 64-row boundary), a window whose first visiting
+   * key block is past 0, and dropout (the feature kernel) */
+  H(.name = "sm90ws_d96_det_varlen_window_dropout", .dt = BF16, .b = 3, .h = 4, .hk = 2,
+    .sq = 350, .sk = 420, .d = 96, .varlen = 1, .window = 1, .wl = 150, .wr = 40,
+    .dropout = 0.17f, .det = 5, .row = "bwd_sm90_ws_bf16_hd128");
+  H(.name = "sm90ws_d64_det_causal_br", .dt = F16, .b = 2, .h = 4, .hk = 4, .sq = 300, .sk = 700,
+    .d = 64, .causal = 1, .det = 5, .row = "bwd_sm90_ws_f16_hd64");
   /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 136 / 160
    * / 176 in hd192) and d_qk != d_v (MLA's 192 / 128 in hd192_dv128, d_v
    * above 128 in hd192): V, dO and dV masked to d_v. hd192's column split

@@ -14,6 +14,8 @@
  *                                      or tiled (bwd_dq_tiled_at, rows bwd_dq_tiled_rows)
  *   dsum   [h][total_q]         D_i = sum_e dO_ie * O_ie
  *   lse2   [h][total_q]         lse * log2(e) (the kernels work in the exp2 domain)
+ *   sem    [row tiles][h][hdim / 64] int32: a tiled accumulator's counters in
+ *                               deterministic mode (bwd_dq_sem), else absent
  */
 #ifndef SDPA_BWD_COMMON_CUH
 #define SDPA_BWD_COMMON_CUH
@@ -27,6 +29,7 @@
 typedef struct sdpa_bwd_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
+  int *dq_sem;         /* the tiled accumulator's tile counters (bwd_dq_sem), or NULL */
   int64_t slice;       /* floats between dQ slices (0 unless deterministic) */
   int nsplit;          /* dQ slices: 1, or bwd_det_splits in deterministic mode (0
                           where a dQ kernel makes dQ: SDPA_BWD_DQ_KERNEL) */
@@ -43,7 +46,7 @@ typedef struct sdpa_bwd_params {
 } sdpa_bwd_params;
 
 typedef struct bwd_ws_layout {
-  size_t dq_acc, dsum, lse2;      /* byte offsets */
+  size_t dq_acc, dsum, lse2, sem; /* byte offsets */
   size_t bytes;                   /* total */
 } bwd_ws_layout;
 
@@ -90,16 +93,20 @@ SDPA_HD int64_t bwd_dq_tiled_rows(const sdpa_problem *p) {
   return bwd_dq_tile_row0(bwd_total_q(p), p->b);
 }
 
-/* tiled: the accumulator is bwd_dq_tiled_at's (one slice) */
+/* tiled: the accumulator is bwd_dq_tiled_at's (one slice), with a counter a
+ * tile when sems */
 SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit,
-                                           int tiled) {
+                                           int tiled, int sems) {
   bwd_ws_layout w;
   const size_t rows = (size_t)bwd_total_q(p), h = (size_t)p->h;
   const size_t acc_rows = tiled ? (size_t)bwd_dq_tiled_rows(p) : (size_t)nsplit * rows;
   w.dq_acc = 0;
   w.dsum = bwd_align256(acc_rows * h * (size_t)hdim * 4u);
   w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
-  w.bytes = w.lse2 + bwd_align256(rows * h * 4u);
+  w.sem = w.lse2 + bwd_align256(rows * h * 4u);
+  w.bytes = w.sem + (tiled && sems ? bwd_align256((size_t)bwd_dq_tiled_rows(p) / 64 * h *
+                                                  (size_t)(hdim / 64) * 4u)
+                                   : 0);
   if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */
   return w;
 }
@@ -128,6 +135,15 @@ SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, in
   *m_lo = (int)lo;
   *m_hi = (int)hi;
   return 1;
+}
+
+/* The first key block (bn keys each) that visits query block mb (bm rows),
+ * bwd_query_blocks read the other way: from it on, every key block up to
+ * the last that overlaps the band visits mb (a contiguous run), so a key
+ * block's place among mb's visitors is its index minus this. */
+SDPA_HD int64_t bwd_key_block_lo(int64_t off, int64_t wl, int64_t mb, int bm, int bn) {
+  const int64_t j = mb * bm + off - wl; /* the band's first key for the block's first row */
+  return j <= 0 ? 0 : j / bn;
 }
 
 #ifdef __CUDACC__
@@ -201,6 +217,14 @@ __device__ __forceinline__ float *bwd_dq_tile(const sdpa_bwd_params *prm, int64_
                                               int64_t i, int hh, int cb, int hdim) {
   const int64_t tr = (bwd_dq_tile_row0(q_start, b) + i) >> 6;
   return prm->dq_acc + ((tr * prm->p.h + hh) * (hdim / 64) + cb) * 4096;
+}
+
+/* The counter of bwd_dq_tile's tile (deterministic mode): how many key
+ * blocks have added into it. */
+__device__ __forceinline__ int *bwd_dq_sem(const sdpa_bwd_params *prm, int64_t q_start, int b,
+                                           int64_t i, int hh, int cb, int hdim) {
+  const int64_t tr = (bwd_dq_tile_row0(q_start, b) + i) >> 6;
+  return prm->dq_sem + (tr * prm->p.h + hh) * (hdim / 64) + cb;
 }
 
 /* Columns c .. c + 7 (c a multiple of 8) of query row i in the tiled layout. */

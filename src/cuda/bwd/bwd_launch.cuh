@@ -22,7 +22,10 @@
  * and the names of bwd_names.cuh. This file #undef's the names and the row's fields at the end. A body with dQ
  * kernels (SDPA_BWD_DQ_KERNEL 1: the Hopper body's d split, bwd_dq_body,
  * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's
- * dQ with them instead of with dQ slices and the post kernel.
+ * dQ with them instead of with dQ slices and the post kernel. A body with a
+ * tiled accumulator (SDPA_BWD_DQ_TILED) is deterministic by counters
+ * (SDPA_BWD_DET_SEM: its main kernel adds each tile in key-block order,
+ * bwd_dq_sem; pre zeroes them) or refuses the mode (SDPA_BWD_NO_DET).
  */
 #include <stdio.h>
 
@@ -37,7 +40,12 @@
 #ifndef SDPA_BWD_DQ_TILED /* 1: the dQ accumulator is tiled (bwd_dq_tiled_at; one slice) */
 #define SDPA_BWD_DQ_TILED 0
 #endif
-static_assert(!SDPA_BWD_DQ_TILED || SDPA_BWD_NO_DET, "a tiled accumulator has one slice");
+#ifndef SDPA_BWD_DET_SEM /* 1: deterministic by a counter a dQ tile (bwd_dq_sem), not slices */
+#define SDPA_BWD_DET_SEM 0
+#endif
+static_assert(!SDPA_BWD_DQ_TILED || SDPA_BWD_NO_DET || SDPA_BWD_DET_SEM,
+              "a tiled accumulator has one slice: deterministic by its counters or not at all");
+static_assert(!SDPA_BWD_DET_SEM || SDPA_BWD_DQ_TILED, "the counters are the tiled accumulator's");
 /* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
 #ifdef SDPA_DV
 #define SDPA_BWD_DV_MAX SDPA_DV
@@ -90,6 +98,10 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
     prm.dsum[hh * prm.total_q + row] = acc;
     prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
   }
+#if SDPA_BWD_DET_SEM
+  if (prm.dq_sem && (i & 63) == 0 && l8 == 0) /* a tile's first row: its counters */
+    for (int cb = 0; cb < HD / 64; ++cb) *bwd_dq_sem(&prm, row - i, b, i, hh, cb, HD) = 0;
+#endif
   for (int sl = 0; sl < prm.nsplit; ++sl)
     for (int c = l8 * 8; c < HD; c += 64) {
       float4 *a = (float4 *)bwd_dq_at(&prm, sl, b, i, row, hh, c);
@@ -165,9 +177,10 @@ static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
 
 /* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
  * kernel makes dQ (SDPA_BWD_DQ_KERNEL: none then, no accumulator to zero
- * or to hold) */
+ * or to hold) or counters order the additions (SDPA_BWD_DET_SEM: one) */
 static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   if (SDPA_BWD_DQ_KERNEL) return p->deterministic ? 0 : 1;
+  if (SDPA_BWD_DET_SEM) return 1;
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
@@ -176,7 +189,8 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
  * sdpa_dbias_sum adds up into the caller's dbias. */
 static size_t SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(const sdpa_problem *p, size_t *full_at) {
   *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p),
-                                  SDPA_BWD_DQ_TILED).bytes;
+                                  SDPA_BWD_DQ_TILED, SDPA_BWD_DET_SEM && p->deterministic)
+                 .bytes;
   return *full_at + (SDPA_BWD_BIAS ? bwd_align256(sdpa_dbias_full_bytes(p)) : 0);
 }
 
@@ -225,7 +239,9 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
   if (nkb > 0) {
-    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm->nsplit : nkb),
+    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL && !SDPA_BWD_DET_SEM
+                                   ? prm->nsplit
+                                   : nkb),
                     (unsigned)p->h_k, (unsigned)p->b);
     const int det = p->deterministic != 0; /* 0 in a row without the mode: refused */
     const int k = SDPA_BWD_BIAS ? det : SDPA_BWD_NO_DET ? feat : 2 * det + feat;
@@ -271,7 +287,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
   const int nsplit = SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p);
-  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit, SDPA_BWD_DQ_TILED);
+  const int sems = SDPA_BWD_DET_SEM && p->deterministic;
+  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit, SDPA_BWD_DQ_TILED, sems);
 
   sdpa_bwd_params prm;
   prm.p = *p;
@@ -313,6 +330,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
+  prm.dq_sem = sems ? (int *)(ws + lay.sem) : NULL;
   prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
   const int sums = SDPA_BWD_BIAS && sdpa_dbias_sums(p);
   if (sums) { /* the kernels write the full gradient (16-byte aligned rows when s_k % 8 == 0) */
@@ -338,4 +356,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BWD_DV_MAX
 #undef SDPA_BWD_NO_DET
 #undef SDPA_BWD_DQ_TILED
+#undef SDPA_BWD_DET_SEM
 #include "cuda/row_undef.cuh"

@@ -38,8 +38,8 @@
  * registers a thread (setmaxnreg), the consumers 224.
  * Supported: bwd_sm90_body.cuh's plain and score-feature kernels (dense and
  * varlen, seqused_k, causal / window, alibi, softcap, dropout, GQA, d_v up
- * to the bucket). The deterministic mode is refused (SDPA_BWD_NO_DET): the
- * bwd_sm90_ rows after this one run it.
+ * to the bucket), and the deterministic mode: each dQ tile's additions in
+ * key-block order behind a counter (ws_write_dq), nothing else changes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -55,6 +55,7 @@
 #include "cuda/ptx/ptx_cp_async.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
 #include "cuda/ptx/ptx_mma.cuh"      /* pack_*x2 */
+#include "cuda/ptx/ptx_sem.cuh"
 #include "cuda/ptx/ptx_tma.cuh"      /* mbarriers, fence_proxy_async, setmaxnreg */
 #include "cuda/ptx/ptx_wgmma.cuh"
 
@@ -66,8 +67,8 @@
  * what its copies' addresses need, the consumers take the rest */
 #define SDPA_REG_P 56
 #define SDPA_REG_C 224
-#define SDPA_BWD_NO_DET 1 /* bwd_launch.cuh: the row refuses the deterministic mode */
 #define SDPA_BWD_DQ_TILED 1 /* bwd_launch.cuh: dQ accumulated in 64 x 64 tiles, one bulk add each */
+#define SDPA_BWD_DET_SEM 1  /* ... deterministic by a counter a tile (ws_write_dq) */
 
 enum {
   HD = SDPA_HDIM,
@@ -182,9 +183,12 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
 /* One bulk reduction a tile (skipped when all its rows are past the
- * sequence), the tile free again once the copy engine has read it. */
+ * sequence), the tile free again once the copy engine has read it. det (a
+ * literal): the tile's additions in key-block order, this block's turn
+ * counted from the first key block that visits the query block
+ * (bwd_key_block_lo); its counter is released once the writes are done. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
-                                            uint32_t base, int w, int lane) {
+                                            uint32_t base, int w, int lane, const int det) {
   const uint32_t tile = base + OFF_DQ + w * SM_DQ;
   int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
@@ -192,12 +196,20 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
     const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the tile's first row */
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
     if (lane == 0) {
-      if (m0 < kf->sq) /* (one accumulator: not deterministic) */
-        bulk_reduce_add_f32(
-            bwd_dq_tile(prm, kf->q_start, blockIdx.z, m0, hh, DQ_BY_ROWS ? 0 : w, HD), tile,
-            SM_DQ);
+      const int cb = DQ_BY_ROWS ? 0 : w, live = m0 < kf->sq;
+      int *sem = det ? bwd_dq_sem(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD) : NULL;
+      if (det && live)
+        sem_wait_eq(sem, (int)(blockIdx.x - bwd_key_block_lo(kf->off, prm->wl, mb, BM, BN)));
+      if (live)
+        bulk_reduce_add_f32(bwd_dq_tile(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD), tile,
+                            SM_DQ);
       bulk_commit();
-      bulk_wait_read0();
+      if (det) {
+        bulk_wait0();
+        if (live) sem_release_inc(sem);
+      } else {
+        bulk_wait_read0();
+      }
       mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
     }
     __syncwarp();
@@ -291,11 +303,11 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
 }
 
 /* ---- main ------------------------------------------------------------------------- */
-/* feat (0 plain, 1 softcap / alibi / dropout) a literal at each kernel
- * (bwd_launch.cuh; det is always 0: SDPA_BWD_NO_DET); one key block a block. */
+/* feat (0 plain, 1 softcap / alibi / dropout) and det (the deterministic
+ * mode: only the writers differ) literals at each kernel (bwd_launch.cuh);
+ * one key block a block. */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
-  (void)det;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t base = (smem_u32(smem) + 1023u) & ~1023u;
@@ -326,7 +338,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     if (tid < LOADERS)
       ws_produce(prm, &kf, base, s_lse, s_dd, tid);
     else
-      ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31);
+      ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31, det);
   } else {
     SDPA_SETMAXNREG_INC(SDPA_REG_C);
     /* the warpgroup as a warp-uniform value: the descriptors derived from it stay
@@ -348,6 +360,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 #else
   (void)prm; /* the sm_80 pass of a multi-arch build: never launched (min_arch 90) */
   (void)feat;
+  (void)det;
 #endif
 }
 
