@@ -1,8 +1,8 @@
 /*
  * test_bwd_tiles.c - the backward's tile arithmetic that the GPU kernels
  * trust without checking (src/cuda/bwd/bwd_common.cuh), on the host:
- *   - bwd_key_block_lo: the key blocks that visit a query block
- *     (bwd_query_blocks) are exactly a run starting there, so the
+ *   - bwd_key_block_hi: the key blocks that visit a query block
+ *     (bwd_query_blocks) are exactly a run ending there, so the
  *     deterministic tiled dQ can count a block's turn from it;
  *   - bwd_dq_tile_row0 / bwd_dq_tiled_rows: in the tiled dQ accumulator
  *     every sequence's tiles lie past the previous sequence's and inside
@@ -23,7 +23,7 @@ static void check(int ok, const char *what, long long a, long long b, long long 
 }
 
 /* every query block of one problem: its visitors, by bwd_query_blocks, form
- * the run [bwd_key_block_lo, last visitor] */
+ * the run [first visitor, bwd_key_block_hi] */
 static void visitors(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr, int bm,
                      int bn) {
   const int64_t nkb = (sk + bn - 1) / bn, nmb = (sq + bm - 1) / bm;
@@ -40,8 +40,8 @@ static void visitors(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr
     }
     if (count == 0) continue; /* nobody adds to the tile, nobody waits on it */
     check(count == last - first + 1, "visitors not contiguous", sq, sk, mb, count);
-    check(first == bwd_key_block_lo(off, wl, mb, bm, bn), "bwd_key_block_lo", sq, sk, mb,
-          first);
+    check(last == bwd_key_block_hi(sq, sk, off, wr, mb, bm, bn), "bwd_key_block_hi", sq, sk, mb,
+          last);
   }
 }
 

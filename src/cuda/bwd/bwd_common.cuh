@@ -137,13 +137,16 @@ SDPA_HD int bwd_query_blocks(int64_t sq, int64_t sk, int64_t off, int64_t wl, in
   return 1;
 }
 
-/* The first key block (bn keys each) that visits query block mb (bm rows),
- * bwd_query_blocks read the other way: from it on, every key block up to
- * the last that overlaps the band visits mb (a contiguous run), so a key
- * block's place among mb's visitors is its index minus this. */
-SDPA_HD int64_t bwd_key_block_lo(int64_t off, int64_t wl, int64_t mb, int bm, int bn) {
-  const int64_t j = mb * bm + off - wl; /* the band's first key for the block's first row */
-  return j <= 0 ? 0 : j / bn;
+/* The last key block (bn keys each) that visits query block mb (bm rows),
+ * bwd_query_blocks read the other way: the band's last key for the block's
+ * last row, inside the keys; -1 when it is before them. The visitors are a
+ * contiguous run ending there, so a key block's place among mb's visitors,
+ * counted from the highest, is this minus its index. */
+SDPA_HD int64_t bwd_key_block_hi(int64_t sq, int64_t sk, int64_t off, int64_t wr, int64_t mb,
+                                 int bm, int bn) {
+  const int64_t row = mb * bm + bm - 1 < sq - 1 ? mb * bm + bm - 1 : sq - 1;
+  const int64_t j = row + off + wr, last = (sk - 1) / bn;
+  return j < 0 ? -1 : j / bn < last ? j / bn : last;
 }
 
 #ifdef __CUDACC__

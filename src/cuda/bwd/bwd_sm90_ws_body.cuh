@@ -184,9 +184,11 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
 /* One bulk reduction a tile (skipped when all its rows are past the
  * sequence), the tile free again once the copy engine has read it. det (a
- * literal): the tile's additions in key-block order, this block's turn
- * counted from the first key block that visits the query block
- * (bwd_key_block_lo); its counter is released once the writes are done. */
+ * literal): the tile's additions in descending key-block order, this
+ * block's turn counted from the last key block that visits the query block
+ * (bwd_key_block_hi); its counter is released once the writes are done.
+ * Under a causal mask or a window a key block meets a query block one step
+ * after the next key block did, so that order keeps the blocks from waiting. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane, const int det) {
   const uint32_t tile = base + OFF_DQ + w * SM_DQ;
@@ -199,7 +201,8 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
       const int cb = DQ_BY_ROWS ? 0 : w, live = m0 < kf->sq;
       int *sem = det ? bwd_dq_sem(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD) : NULL;
       if (det && live)
-        sem_wait_eq(sem, (int)(blockIdx.x - bwd_key_block_lo(kf->off, prm->wl, mb, BM, BN)));
+        sem_wait_eq(sem, (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) -
+                               kf->n0 / BN));
       if (live)
         bulk_reduce_add_f32(bwd_dq_tile(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD), tile,
                             SM_DQ);
@@ -314,7 +317,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   float *s_lse = (float *)(smem + (base - smem_u32(smem)) + OFF_L); /* [STAGES][BM] */
   float *s_dd = (float *)(smem + (base - smem_u32(smem)) + OFF_D);
   const int tid = threadIdx.x, b = blockIdx.z;
-  const bwd_kframe kf = bwd_kframe_make(prm, b, blockIdx.x, BN, BM);
+  /* deterministic: the highest key block first, so a block's counter waits point at
+     lower-numbered blocks, which the hardware starts first */
+  const int nblk = det ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
   if (kf.n_it > 0) { /* (the same at every thread: the barriers are used or not at all) */
     if (tid == 0) {
 #pragma unroll
