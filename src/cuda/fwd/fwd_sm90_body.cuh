@@ -134,8 +134,15 @@ enum {
   OFF_V = OFF_K + STAGES * TILE_KV,
   OFF_MASK = OFF_V + STAGES * TILE_V, /* the dropout mask's ring (fwd_sm90_dropout.cuh) */
   MASK_STAGE = 128 * NWG * 8,     /* bytes of a stage: a uint2 a consumer thread */
-  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? STAGES * MASK_STAGE : 0),
-  SMEM_BYTES = OFF_BAR + (2 + 6 * STAGES) * 8 + 1024, /* barriers; slack to align the base to 1024 */
+  OFF_O = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? STAGES * MASK_STAGE : 0),
+  TILE_O = BM * DV * 2,
+  BAR_BYTES = (2 + 6 * STAGES) * 8 + 1024, /* barriers; slack to align the base to 1024 */
+  /* the output staged in its own tile where it fits, so the next item's Q
+   * can load once the last Q K^T is done (else through Q's rows, after the
+   * epilogue) */
+  O_OWN = OFF_O + TILE_O + BAR_BYTES <= 227 * 1024,
+  OFF_BAR = OFF_O + (O_OWN ? TILE_O : 0),
+  SMEM_BYTES = OFF_BAR + BAR_BYTES,
   /* named barriers: 1 + cw the epilogue's, 1 + NWG zero_v_tail's, then the turns' */
   TURN_BAR = 2 + NWG
 };
@@ -183,8 +190,9 @@ __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t ds
 }
 
 /* Q of the block's work item (the item-th this block takes) into the Q
- * tile, once the consumers' epilogue of the previous item, which reads the
- * output through Q's rows, has freed it (Q empty). */
+ * tile, once the consumers have freed it (Q empty): after the previous
+ * item's last Q K^T (O_OWN), or after its epilogue, which stages the output
+ * in Q's rows. */
 __device__ __forceinline__ void load_q(const sdpa_fwd_sm90_params *prm9, uint32_t base,
                                        uint32_t bars, int m0, int hh, int b, int item) {
   if (item > 0) mbar_wait(bar_qempty(bars), (uint32_t)(item - 1) & 1u);
@@ -321,14 +329,18 @@ __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t s
 }
 
 /* Once the tile's Q K^T is in sc (its wgmma retired): frees the K stage
- * (kempty) and turns the scores into the softmax's input (scale or softcap,
- * bias, and the masks where the tile is not wholly visible: scores_pre /
- * scores_post). The pipelined and the plain loop share it. */
+ * (kempty), and the Q tile after the item's last tile where the output has
+ * its own tile (O_OWN), and turns the scores into the softmax's input
+ * (scale or softcap, bias, and the masks where the tile is not wholly
+ * visible: scores_pre / scores_post). The pipelined and the plain loop share it. */
 __device__ __forceinline__ void qk_scores(float (*sc)[NT][4], const sdpa_fwd_params *prm,
-                                          const fwd_block *kb, uint32_t kempty, int n0, int full,
-                                          int lane, int t) {
+                                          const fwd_block *kb, uint32_t bars, uint32_t kempty,
+                                          int n0, int full, int lane, int t) {
   wg_fence_acc(sc[0], NT);
-  if (lane == 0) mbar_arrive(kempty);
+  if (lane == 0) {
+    mbar_arrive(kempty);
+    if (O_OWN && n0 + BN == kb->n_end * BN) mbar_arrive(bar_qempty(bars));
+  }
   scores_pre(sc, prm, !prm->fold);
   scores_post(sc, prm, kb, n0, t, !full);
 }
@@ -383,7 +395,7 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
     wg_wait0();
   else
     wg_wait1(); /* Q K^T, committed first, is done; P V may still run */
-  qk_scores(sc, prm, kb, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
+  qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
   float corr[MT][2];
   const int moved = softmax_probs(sc, row_max, row_sum, prm->exp_mul, corr);
   if (!first) pv_retire(o, bar_vempty(bars, sp), lane);
@@ -449,7 +461,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       else if (drop)
         drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
       wg_wait0();
-      qk_scores(sc, prm, kb, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
+      qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
       softmax_step(sc, o, row_max, row_sum, prm->exp_mul);
       uint32_t pa[PS][4];
 #pragma unroll
@@ -475,8 +487,10 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
   }
 
-  /* O / l into this warpgroup's Q rows (no wgmma reads them any more), in
-   * the swizzled layout, then 16-byte stores of the rows inside the sequence */
+  /* O / l into this warpgroup's rows of the output tile (O_OWN) or of Q (no
+   * wgmma reads them any more), in the swizzled layout, then 16-byte stores
+   * of the rows inside the sequence */
+  const uint32_t oa = O_OWN ? base + OFF_O + cw * 64 * ROWB : qa;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float l = row_sum[0][hf];
@@ -486,7 +500,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     for (int dt = 0; dt < DT; ++dt) {
       const uint32_t v = SDPA_PACK(o[0][dt][2 * hf] * inv, o[0][dt][2 * hf + 1] * inv);
       const uint32_t addr =
-          qa + (dt >> 3) * BM * ROWB + r * ROWB + (((dt & 7) ^ (r & 7)) << 4) + t * 4;
+          oa + (dt >> 3) * BM * ROWB + r * ROWB + (((dt & 7) ^ (r & 7)) << 4) + t * 4;
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
     }
   }
@@ -496,19 +510,22 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   for (int idx = ctid & 127; idx < 64 * (DV / 8); idx += 128) {
     const int r = idx / (DV / 8), c = idx % (DV / 8), rem = d - c * 8;
     if (r0 + r >= kb->sq || rem <= 0) continue;
-    const uint32_t addr = qa + (c >> 3) * BM * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4);
+    const uint32_t addr = oa + (c >> 3) * BM * ROWB + r * ROWB + (((c & 7) ^ (r & 7)) << 4);
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(addr));
     store_chunk16(og + (int64_t)r * p->o_st.ss + c * 8, v, rem);
   }
-  /* the Q tile is free for the next item's copy (Q empty) once the
-   * warpgroup's reads are done: the barrier also orders them before its next
-   * item's stores here, which compute-sanitizer cannot see through the copy */
-  fence_proxy_async();
+  /* the staging rows are free once the warpgroup's reads are done: the
+   * barrier orders them before its next item's stores here. Staged in Q's
+   * rows, the Q tile is then free for the next item's copy (Q empty; the
+   * fence orders the reads before it, which compute-sanitizer cannot see
+   * through the copy); with its own tile, Q was freed after the last Q K^T
+   * unless the item had no key tiles. */
+  if (!O_OWN) fence_proxy_async();
   bar_sync_named(1 + cw, 128);
-  if (lane == 0) mbar_arrive(bar_qempty(bars));
+  if (lane == 0 && (!O_OWN || kb->n_begin == kb->n_end)) mbar_arrive(bar_qempty(bars));
 }
 
 __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int drop) {
