@@ -139,7 +139,7 @@ enum {
   BAR_BYTES = (2 + 6 * STAGES) * 8 + 1024, /* barriers; slack to align the base to 1024 */
   /* the output staged in its own tile where it fits, so the next item's Q
    * can load once the last Q K^T is done (else through Q's rows, after the
-   * epilogue) */
+   * epilogue); the dropout kernel keeps the Q rows (o_own) */
   O_OWN = OFF_O + TILE_O + BAR_BYTES <= 227 * 1024,
   OFF_BAR = OFF_O + (O_OWN ? TILE_O : 0),
   SMEM_BYTES = OFF_BAR + BAR_BYTES,
@@ -191,7 +191,7 @@ __device__ __forceinline__ void load_kv_tile(const CUtensorMap *map, uint32_t ds
 
 /* Q of the block's work item (the item-th this block takes) into the Q
  * tile, once the consumers have freed it (Q empty): after the previous
- * item's last Q K^T (O_OWN), or after its epilogue, which stages the output
+ * item's last Q K^T (o_own), or after its epilogue, which stages the output
  * in Q's rows. */
 __device__ __forceinline__ void load_q(const sdpa_fwd_sm90_params *prm9, uint32_t base,
                                        uint32_t bars, int m0, int hh, int b, int item) {
@@ -329,17 +329,17 @@ __device__ __forceinline__ void qk_issue(float (*sc)[4], uint32_t qa, uint32_t s
 }
 
 /* Once the tile's Q K^T is in sc (its wgmma retired): frees the K stage
- * (kempty), and the Q tile after the item's last tile where the output has
- * its own tile (O_OWN), and turns the scores into the softmax's input
+ * (kempty), and the Q tile when free_q (the item's last tile, the output
+ * staged in its own tile), and turns the scores into the softmax's input
  * (scale or softcap, bias, and the masks where the tile is not wholly
  * visible: scores_pre / scores_post). The pipelined and the plain loop share it. */
 __device__ __forceinline__ void qk_scores(float (*sc)[NT][4], const sdpa_fwd_params *prm,
                                           const fwd_block *kb, uint32_t bars, uint32_t kempty,
-                                          int n0, int full, int lane, int t) {
+                                          int n0, int full, int free_q, int lane, int t) {
   wg_fence_acc(sc[0], NT);
   if (lane == 0) {
     mbar_arrive(kempty);
-    if (O_OWN && n0 + BN == kb->n_end * BN) mbar_arrive(bar_qempty(bars));
+    if (free_q) mbar_arrive(bar_qempty(bars));
   }
   scores_pre(sc, prm, !prm->fold);
   scores_post(sc, prm, kb, n0, t, !full);
@@ -395,7 +395,8 @@ __device__ __forceinline__ void consume_tile_pipe(float (*o)[DT][4], float (*row
     wg_wait0();
   else
     wg_wait1(); /* Q K^T, committed first, is done; P V may still run */
-  qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
+  qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0,
+            O_OWN && n + 1 == kb->n_end, lane, t);
   float corr[MT][2];
   const int moved = softmax_probs(sc, row_max, row_sum, prm->exp_mul, corr);
   if (!first) pv_retire(o, bar_vempty(bars, sp), lane);
@@ -421,6 +422,7 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
   /* key rows past the sequence's end that the copies read as data (varlen:
    * the next sequence's; seqused_k: unused rows) */
   const int zero_tail = p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k != NULL;
+  const int o_own = O_OWN && !drop; /* (the pipelined loop runs without dropout only) */
 
   float o[MT][DT][4];
   float row_max[MT][2], row_sum[MT][2];
@@ -461,7 +463,8 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
       else if (drop)
         drop_mask(dm, p, &kb->rw, (uint32_t)(kb->b * p->h + kb->hh), n0, t);
       wg_wait0();
-      qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0, lane, t);
+      qk_scores(sc, prm, kb, bars, bar_kempty(bars, s), n0, n0 >= kb->lo1 && n0 + BN <= kb->hi0,
+                o_own && n + 1 == kb->n_end, lane, t);
       softmax_step(sc, o, row_max, row_sum, prm->exp_mul);
       uint32_t pa[PS][4];
 #pragma unroll
@@ -487,10 +490,10 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
     }
   }
 
-  /* O / l into this warpgroup's rows of the output tile (O_OWN) or of Q (no
+  /* O / l into this warpgroup's rows of the output tile (o_own) or of Q (no
    * wgmma reads them any more), in the swizzled layout, then 16-byte stores
    * of the rows inside the sequence */
-  const uint32_t oa = O_OWN ? base + OFF_O + cw * 64 * ROWB : qa;
+  const uint32_t oa = o_own ? base + OFF_O + cw * 64 * ROWB : qa;
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const float l = row_sum[0][hf];
@@ -523,9 +526,9 @@ __device__ __forceinline__ void consume(const sdpa_fwd_sm90_params *prm9, fwd_bl
    * fence orders the reads before it, which compute-sanitizer cannot see
    * through the copy); with its own tile, Q was freed after the last Q K^T
    * unless the item had no key tiles. */
-  if (!O_OWN) fence_proxy_async();
+  if (!o_own) fence_proxy_async();
   bar_sync_named(1 + cw, 128);
-  if (lane == 0 && (!O_OWN || kb->n_begin == kb->n_end)) mbar_arrive(bar_qempty(bars));
+  if (lane == 0 && (!o_own || kb->n_begin == kb->n_end)) mbar_arrive(bar_qempty(bars));
 }
 
 __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int drop) {
