@@ -3,8 +3,8 @@ in one process, on the same inputs (docs/design.md §8).
 
 Grid: bf16, d in {64, 128, 256} (--dims: others), s in {512 .. 16k} with
 b*s = 16k and h = 2048 // d, causal on and off. FLOPs: forward 4*b*h*s_q*s_k*d (halved when
-causal); backward 2.5x that. Writes bench/results/<date>-<gpu>.json (schema of
-docs/design.md §8) and a markdown table beside it, and prints the table.
+causal); backward 2.5x that. Writes bench/results/<date>-<gpu>-<op>.json, a file an op
+(schema of docs/design.md §8), and a markdown table beside each, and prints the tables.
 
   python3 bench/bench.py [--ops fwd,bwd] [--quick] [--dims 64,96,128,192,256]
   python3 bench/bench.py --dropout P   the cost of dropout (suffix -dropout)
@@ -522,7 +522,9 @@ def main():
     dims = [int(x) for x in args.dims.split(",")]
     if any(d <= 0 or d > 2048 for d in dims):
         ap.error(f"--dims {args.dims}: expected head dims in 1 .. 2048 (h = 2048 // d)")
+    # a file an op (<date>-<gpu>-fwd.json, -bwd.json), so a run of one op keeps the other's
     for op in ops:
+        records = []
         for d in dims:
             for causal in (False, True):
                 for s in seqs:
@@ -530,13 +532,12 @@ def main():
                     rec = bench_one(op, b, s, h, d, causal)
                     records.append(rec)
                     # rewritten after every cell: a run cut short keeps what it measured
-                    write_results(gpu, records)
+                    write_results(gpu, records, suffix=f"-{op}")
                     print(f"{op} d={d} causal={int(causal)} s={s}: " + ", ".join(
                         f"{n}={rec.get(n) or 0:.0f}" for n in ("sdpa", *TORCH_BACKENDS)), flush=True)
-    path = write_results(gpu, records)
-    table = render_markdown(path)
-    print(table)
-    print("wrote", path)
+        path = write_results(gpu, records, suffix=f"-{op}")
+        print(render_markdown(path))
+        print("wrote", path)
 
 
 if __name__ == "__main__":
