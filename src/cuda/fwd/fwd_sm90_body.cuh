@@ -30,10 +30,12 @@
  * operand of O += P V (wgmma, V read N-major). Above d = 64 the consumer
  * warpgroups take turns at the tensor cores (turn_wait / turn_pass) and, in
  * the kernel without dropout, overlap a tile's softmax with the previous
- * tile's P V (SDPA_FWD_PIPE). The output goes through the warpgroup's Q rows
- * in shared memory to 16-byte stores; a Q-empty barrier then lets the next
- * work item's Q in (a block runs one or more items: first_item / next_item,
- * sdpa_fwd_sm90_grid). setmaxnreg moves registers from the producer to the
+ * tile's P V (SDPA_FWD_PIPE). The output goes through shared memory (its
+ * own tile where it fits and there is no dropout, else the warpgroup's Q
+ * rows) to 16-byte stores; a Q-empty barrier lets the next work item's Q in
+ * once the consumers are done with the Q tile: after the item's last Q K^T
+ * with the output's own tile, after the epilogue otherwise (a block runs
+ * one or more items: first_item / next_item, sdpa_fwd_sm90_grid). setmaxnreg moves registers from the producer to the
  * consumers (SDPA_REG_*). With dropout and key tiles of 128 the producer
  * warpgroup's four warps also make the mask, a query row a thread
  * (fwd_sm90_dropout.cuh); with tiles of 64 the consumers make it (the
@@ -241,8 +243,8 @@ __device__ __forceinline__ void work_rows(fwd_block *kb, const sdpa_fwd_params *
  * item-th; its first key tile is the ring's it0-th): thread 0 copies Q and
  * K and V of every key tile, each into its stage once the consumers have
  * freed it; on a later item with key tiles the first tile's K and V go
- * before Q, so that they load while the previous item's epilogue holds the
- * Q tile. With make_mask (a literal)
+ * before Q, so that they load while the consumers still hold the Q tile
+ * (Q empty: load_q). With make_mask (a literal)
  * every thread R also makes query row R's verdicts of each tile into the
  * mask ring (fwd_sm90_dropout.cuh), between the tile's K and V copies: a
  * tile's K stage frees early in the tile that last used it, its V stage at
