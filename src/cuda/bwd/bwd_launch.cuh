@@ -23,9 +23,9 @@
  * kernels (SDPA_BWD_DQ_KERNEL 1: the Hopper body's d split, bwd_dq_body,
  * DQ_SMEM_BYTES, BM: its grid's query blocks) makes the deterministic mode's
  * dQ with them instead of with dQ slices and the post kernel. A body with a
- * tiled accumulator (SDPA_BWD_DQ_TILED) is deterministic by counters
- * (SDPA_BWD_DET_SEM: its main kernel adds each tile in key-block order,
- * bwd_dq_sem; pre zeroes them) or refuses the mode (SDPA_BWD_NO_DET).
+ * tiled accumulator (SDPA_BWD_DQ_TILED) has one slice and is deterministic
+ * by a counter a tile (its main kernel adds each tile in key-block order,
+ * bwd_dq_sem; pre zeroes the counters).
  */
 #include <stdio.h>
 
@@ -34,18 +34,10 @@
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
-#ifndef SDPA_BWD_NO_DET /* 1: a body without the deterministic mode: refused, no det kernels */
-#define SDPA_BWD_NO_DET 0
-#endif
-#ifndef SDPA_BWD_DQ_TILED /* 1: the dQ accumulator is tiled (bwd_dq_tiled_at; one slice) */
+#ifndef SDPA_BWD_DQ_TILED /* 1: the dQ accumulator is tiled (bwd_dq_tiled_at; one slice),
+                              deterministic by a counter a tile (bwd_dq_sem) */
 #define SDPA_BWD_DQ_TILED 0
 #endif
-#ifndef SDPA_BWD_DET_SEM /* 1: deterministic by a counter a dQ tile (bwd_dq_sem), not slices */
-#define SDPA_BWD_DET_SEM 0
-#endif
-static_assert(!SDPA_BWD_DQ_TILED || SDPA_BWD_NO_DET || SDPA_BWD_DET_SEM,
-              "a tiled accumulator has one slice: deterministic by its counters or not at all");
-static_assert(!SDPA_BWD_DET_SEM || SDPA_BWD_DQ_TILED, "the counters are the tiled accumulator's");
 /* the largest d_v: the bucket, or a Hopper row's SDPA_DV (below HD in a _dv row) */
 #ifdef SDPA_DV
 #define SDPA_BWD_DV_MAX SDPA_DV
@@ -98,7 +90,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
     prm.dsum[hh * prm.total_q + row] = acc;
     prm.lse2[hh * prm.total_q + row] = p->lse[sdpa_lse_offset(p, b, i, hh)] * SDPA_LOG2E;
   }
-#if SDPA_BWD_DET_SEM
+#if SDPA_BWD_DQ_TILED
   if (prm.dq_sem && (i & 63) == 0 && l8 == 0) /* a tile's first row: its counters */
     for (int cb = 0; cb < HD / 64; ++cb) *bwd_dq_sem(&prm, row - i, b, i, hh, cb, HD) = 0;
 #endif
@@ -134,8 +126,7 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPOST(const __grid_consta
 }
 
 /* The compilations of the body (feat and det literals): four, two in a bias
- * row (feat 2) or a row without the deterministic mode; the macro names the
- * signature only. */
+ * row (feat 2); the macro names the signature only. */
 #define SDPA_BWD_MAIN(kname)                                                                      \
   extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                       \
       kname(const __grid_constant__ sdpa_bwd_params prm)
@@ -145,10 +136,8 @@ SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 2, 1); }
 #else
 SDPA_BWD_MAIN(SDPA_KMAIN) { bwd_body(&prm, 0, 0); }
 SDPA_BWD_MAIN(SDPA_KFEAT) { bwd_body(&prm, 1, 0); }
-#if !SDPA_BWD_NO_DET
 SDPA_BWD_MAIN(SDPA_KMAIN_DET) { bwd_body(&prm, 0, 1); }
 SDPA_BWD_MAIN(SDPA_KFEAT_DET) { bwd_body(&prm, 1, 1); }
-#endif
 #endif
 #if SDPA_BWD_DQ_KERNEL /* the deterministic mode's dQ kernels (the Hopper body's d split) */
 SDPA_BWD_MAIN(SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernel)) { bwd_dq_body(&prm, 0); }
@@ -160,15 +149,11 @@ static void (*const SDPA_PASTE(SDPA_KERNEL_NAME, _dq_kernels)[2])(const sdpa_bwd
 
 /* ---- host --------------------------------------------------------------------------- */
 
-/* Indexed by 2 deterministic + features (the bias instance: by deterministic;
- * a row without the deterministic mode: by features). */
+/* Indexed by 2 deterministic + features (the bias instance: by deterministic). */
 #if SDPA_BWD_BIAS
 enum { NKERNELS = 2 };
 static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {SDPA_KMAIN,
                                                                               SDPA_KMAIN_DET};
-#elif SDPA_BWD_NO_DET
-enum { NKERNELS = 2 };
-static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {SDPA_KMAIN, SDPA_KFEAT};
 #else
 enum { NKERNELS = 4 };
 static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
@@ -177,10 +162,10 @@ static void (*const SDPA_BWD_KERNELS[NKERNELS])(const sdpa_bwd_params) = {
 
 /* dQ slices: bwd_det_splits in the deterministic mode, except where a dQ
  * kernel makes dQ (SDPA_BWD_DQ_KERNEL: none then, no accumulator to zero
- * or to hold) or counters order the additions (SDPA_BWD_DET_SEM: one) */
+ * or to hold) or counters order the additions (SDPA_BWD_DQ_TILED: one) */
 static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   if (SDPA_BWD_DQ_KERNEL) return p->deterministic ? 0 : 1;
-  if (SDPA_BWD_DET_SEM) return 1;
+  if (SDPA_BWD_DQ_TILED) return 1;
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
@@ -189,7 +174,7 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
  * sdpa_dbias_sum adds up into the caller's dbias. */
 static size_t SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(const sdpa_problem *p, size_t *full_at) {
   *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p),
-                                  SDPA_BWD_DQ_TILED, SDPA_BWD_DET_SEM && p->deterministic)
+                                  SDPA_BWD_DQ_TILED, SDPA_BWD_DQ_TILED && p->deterministic)
                  .bytes;
   return *full_at + (SDPA_BWD_BIAS ? bwd_align256(sdpa_dbias_full_bytes(p)) : 0);
 }
@@ -220,10 +205,6 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
     snprintf(why, n, "d_v = %lld above this row's %d", (long long)p->d_v, (int)SDPA_BWD_DV_MAX);
     return why;
   }
-  if (SDPA_BWD_NO_DET && p->deterministic) {
-    snprintf(why, n, "deterministic = 1: this row's dQ additions are unordered");
-    return why;
-  }
   if (SDPA_BWD_BIAS && sdpa_dbias_sums(p) && (p->layout == SDPA_LAYOUT_VARLEN || p->seqused_k)) {
     snprintf(why, n, "dbias summed over a broadcast dim with varlen or seqused_k keys");
     return why;
@@ -239,12 +220,12 @@ static sdpa_status SDPA_PASTE(SDPA_KERNEL_NAME, _launch)(const sdpa_bwd_params *
   if (p->s_q > 0) SDPA_KPRE<<<rows_grid, 256, 0, stream>>>(*prm);
   const int64_t nkb = (p->s_k + BN - 1) / BN;
   if (nkb > 0) {
-    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL && !SDPA_BWD_DET_SEM
+    const dim3 grid((unsigned)(p->deterministic && !SDPA_BWD_DQ_KERNEL && !SDPA_BWD_DQ_TILED
                                    ? prm->nsplit
                                    : nkb),
                     (unsigned)p->h_k, (unsigned)p->b);
-    const int det = p->deterministic != 0; /* 0 in a row without the mode: refused */
-    const int k = SDPA_BWD_BIAS ? det : SDPA_BWD_NO_DET ? feat : 2 * det + feat;
+    const int det = p->deterministic != 0;
+    const int k = SDPA_BWD_BIAS ? det : 2 * det + feat;
     SDPA_BWD_KERNELS[k]<<<grid, NTHREADS, SMEM_BYTES, stream>>>(*prm);
   }
 #if SDPA_BWD_DQ_KERNEL
@@ -270,9 +251,6 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   if (SDPA_BWD_BIAS ? !p->bias : p->bias != NULL) /* the rows' required and features bits */
     return sdpa_fail(SDPA_ERR_INTERNAL, "%s: a problem %s a bias reached it",
                      SDPA_STR(SDPA_KERNEL_NAME), SDPA_BWD_BIAS ? "without" : "with");
-  if (SDPA_BWD_NO_DET && p->deterministic) /* the row's refusal, should a caller skip it */
-    return sdpa_fail(SDPA_ERR_INTERNAL, "%s: deterministic = 1 reached a row without that mode",
-                     SDPA_STR(SDPA_KERNEL_NAME));
   if (p->d > HD || p->d_v > SDPA_BWD_DV_MAX)
     return sdpa_fail(SDPA_ERR_INTERNAL,
                      "%s: d = %lld, d_v = %lld outside this kernel's bucket %d (d_v up to %d)",
@@ -287,7 +265,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
   const int nsplit = SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p);
-  const int sems = SDPA_BWD_DET_SEM && p->deterministic;
+  const int sems = SDPA_BWD_DQ_TILED && p->deterministic;
   const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit, SDPA_BWD_DQ_TILED, sems);
 
   sdpa_bwd_params prm;
@@ -354,7 +332,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BWD_BIAS
 #undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BWD_DV_MAX
-#undef SDPA_BWD_NO_DET
 #undef SDPA_BWD_DQ_TILED
-#undef SDPA_BWD_DET_SEM
 #include "cuda/row_undef.cuh"

@@ -67,8 +67,9 @@
  * what its copies' addresses need, the consumers take the rest */
 #define SDPA_REG_P 56
 #define SDPA_REG_C 224
-#define SDPA_BWD_DQ_TILED 1 /* bwd_launch.cuh: dQ accumulated in 64 x 64 tiles, one bulk add each */
-#define SDPA_BWD_DET_SEM 1  /* ... deterministic by a counter a tile (ws_write_dq) */
+/* bwd_launch.cuh: dQ accumulated in 64 x 64 tiles, one bulk add each, deterministic by a
+   counter a tile (ws_write_dq) */
+#define SDPA_BWD_DQ_TILED 1
 
 enum {
   HD = SDPA_HDIM,
