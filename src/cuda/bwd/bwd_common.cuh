@@ -215,26 +215,29 @@ __device__ __forceinline__ float *bwd_dq_acc_row(const sdpa_bwd_params *prm, int
  * holds two sequences, and its rows past a sequence's end are padding that
  * nothing reads. Inside a tile, row r's 8-column group c8 sits at group
  * c8 ^ (r % 8), so the staging stores of a warp's 8 rows hit distinct banks.
- * bwd_dq_tile: tile (query row i of sequence b, head hh, column block cb). */
-__device__ __forceinline__ float *bwd_dq_tile(const sdpa_bwd_params *prm, int64_t q_start, int b,
-                                              int64_t i, int hh, int cb, int hdim) {
+ * bwd_dq_tile_index: the tile of query row i of sequence b, head hh, column
+ * block cb, which indexes both the tiles and their counters. */
+__device__ __forceinline__ int64_t bwd_dq_tile_index(const sdpa_bwd_params *prm, int64_t q_start,
+                                                     int b, int64_t i, int hh, int cb, int hdim) {
   const int64_t tr = (bwd_dq_tile_row0(q_start, b) + i) >> 6;
-  return prm->dq_acc + ((tr * prm->p.h + hh) * (hdim / 64) + cb) * 4096;
+  return (tr * prm->p.h + hh) * (hdim / 64) + cb;
 }
 
-/* The counter of bwd_dq_tile's tile (deterministic mode): how many key
- * blocks have added into it. */
-__device__ __forceinline__ int *bwd_dq_sem(const sdpa_bwd_params *prm, int64_t q_start, int b,
-                                           int64_t i, int hh, int cb, int hdim) {
-  const int64_t tr = (bwd_dq_tile_row0(q_start, b) + i) >> 6;
-  return prm->dq_sem + (tr * prm->p.h + hh) * (hdim / 64) + cb;
+__device__ __forceinline__ float *bwd_dq_tile(const sdpa_bwd_params *prm, int64_t tile) {
+  return prm->dq_acc + tile * 4096;
+}
+
+/* The tile's counter (deterministic mode): how many key blocks have added
+ * into it. */
+__device__ __forceinline__ int *bwd_dq_sem(const sdpa_bwd_params *prm, int64_t tile) {
+  return prm->dq_sem + tile;
 }
 
 /* Columns c .. c + 7 (c a multiple of 8) of query row i in the tiled layout. */
 __device__ __forceinline__ float *bwd_dq_tiled_at(const sdpa_bwd_params *prm, int64_t q_start,
                                                   int b, int64_t i, int hh, int c, int hdim) {
   const int r = (int)(i & 63);
-  return bwd_dq_tile(prm, q_start, b, i, hh, c >> 6, hdim) + r * 64 +
+  return bwd_dq_tile(prm, bwd_dq_tile_index(prm, q_start, b, i, hh, c >> 6, hdim)) + r * 64 +
          ((((c & 63) >> 3) ^ (r & 7)) << 3);
 }
 

@@ -92,7 +92,8 @@ extern "C" __global__ void __launch_bounds__(256) SDPA_KPRE(const __grid_constan
   }
 #if SDPA_BWD_DQ_TILED
   if (prm.dq_sem && (i & 63) == 0 && l8 == 0) /* a tile's first row: its counters */
-    for (int cb = 0; cb < HD / 64; ++cb) *bwd_dq_sem(&prm, row - i, b, i, hh, cb, HD) = 0;
+    for (int cb = 0; cb < HD / 64; ++cb)
+      *bwd_dq_sem(&prm, bwd_dq_tile_index(&prm, row - i, b, i, hh, cb, HD)) = 0;
 #endif
   for (int sl = 0; sl < prm.nsplit; ++sl)
     for (int c = l8 * 8; c < HD; c += 64) {

@@ -200,13 +200,13 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
     if (lane == 0) {
       const int cb = DQ_BY_ROWS ? 0 : w, live = m0 < kf->sq;
-      int *sem = det ? bwd_dq_sem(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD) : NULL;
+      const int64_t dt = bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD);
+      int *sem = det ? bwd_dq_sem(prm, dt) : NULL;
       if (det && live)
         sem_wait_eq(sem, (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) -
                                kf->n0 / BN));
       if (live)
-        bulk_reduce_add_f32(bwd_dq_tile(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD), tile,
-                            SM_DQ);
+        bulk_reduce_add_f32(bwd_dq_tile(prm, dt), tile, SM_DQ);
       bulk_commit();
       if (det) {
         bulk_wait0();
