@@ -35,8 +35,9 @@
  * rows) to 16-byte stores; a Q-empty barrier lets the next work item's Q in
  * once the consumers are done with the Q tile: after the item's last Q K^T
  * with the output's own tile, after the epilogue otherwise (a block runs
- * one or more items: first_item / next_item, sdpa_fwd_sm90_grid). setmaxnreg moves registers from the producer to the
- * consumers (SDPA_REG_*). With dropout and key tiles of 128 the producer
+ * one or more items: first_item / next_item, sdpa_fwd_sm90_grid).
+ * setmaxnreg moves registers from the producer to the consumers
+ * (SDPA_REG_*). With dropout and key tiles of 128 the producer
  * warpgroup's four warps also make the mask, a query row a thread
  * (fwd_sm90_dropout.cuh); with tiles of 64 the consumers make it (the
  * 192-row rows have no dropout kernel, and take a mask only when causal
