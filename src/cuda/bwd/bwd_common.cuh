@@ -93,8 +93,8 @@ SDPA_HD int64_t bwd_dq_tiled_rows(const sdpa_problem *p) {
   return bwd_dq_tile_row0(bwd_total_q(p), p->b);
 }
 
-/* tiled: the accumulator is bwd_dq_tiled_at's (one slice), with a counter a
- * tile when sems */
+/* tiled: the accumulator is bwd_dq_tiled_at's (one slice); sems (tiled
+ * only): a counter a tile */
 SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int nsplit,
                                            int tiled, int sems) {
   bwd_ws_layout w;
@@ -104,7 +104,7 @@ SDPA_HD bwd_ws_layout bwd_workspace_layout(const sdpa_problem *p, int hdim, int 
   w.dsum = bwd_align256(acc_rows * h * (size_t)hdim * 4u);
   w.lse2 = w.dsum + bwd_align256(rows * h * 4u);
   w.sem = w.lse2 + bwd_align256(rows * h * 4u);
-  w.bytes = w.sem + (tiled && sems ? bwd_align256((size_t)bwd_dq_tiled_rows(p) / 64 * h *
+  w.bytes = w.sem + (sems ? bwd_align256((size_t)bwd_dq_tiled_rows(p) / 64 * h *
                                                   (size_t)(hdim / 64) * 4u)
                                    : 0);
   if (w.bytes == 0) w.bytes = 256; /* never a zero-byte request */

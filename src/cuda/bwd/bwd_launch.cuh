@@ -170,13 +170,18 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
-/* The workspace: bwd_workspace_layout's, then (a bias row whose dbias is
- * summed over broadcast dims) the full gradient the kernels write, which
- * sdpa_dbias_sum adds up into the caller's dbias. */
+/* This row's bwd_workspace_layout: its slices, and the tile counters of a
+ * tiled accumulator in deterministic mode. */
+static bwd_ws_layout SDPA_PASTE(SDPA_KERNEL_NAME, _layout)(const sdpa_problem *p) {
+  return bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p), SDPA_BWD_DQ_TILED,
+                              SDPA_BWD_DQ_TILED && p->deterministic);
+}
+
+/* The workspace: the layout's, then (a bias row whose dbias is summed over
+ * broadcast dims) the full gradient the kernels write, which sdpa_dbias_sum
+ * adds up into the caller's dbias. */
 static size_t SDPA_PASTE(SDPA_KERNEL_NAME, _ws_bytes)(const sdpa_problem *p, size_t *full_at) {
-  *full_at = bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p),
-                                  SDPA_BWD_DQ_TILED, SDPA_BWD_DQ_TILED && p->deterministic)
-                 .bytes;
+  *full_at = SDPA_PASTE(SDPA_KERNEL_NAME, _layout)(p).bytes;
   return *full_at + (SDPA_BWD_BIAS ? bwd_align256(sdpa_dbias_full_bytes(p)) : 0);
 }
 
@@ -266,8 +271,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), (long long)nkb, (long long)p->h, (long long)p->b);
 
   const int nsplit = SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p);
-  const int sems = SDPA_BWD_DQ_TILED && p->deterministic;
-  const bwd_ws_layout lay = bwd_workspace_layout(p, HD, nsplit, SDPA_BWD_DQ_TILED, sems);
+  const bwd_ws_layout lay = SDPA_PASTE(SDPA_KERNEL_NAME, _layout)(p);
 
   sdpa_bwd_params prm;
   prm.p = *p;
@@ -309,7 +313,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
-  prm.dq_sem = sems ? (int *)(ws + lay.sem) : NULL;
+  prm.dq_sem = SDPA_BWD_DQ_TILED && p->deterministic ? (int *)(ws + lay.sem) : NULL;
   prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
   const int sums = SDPA_BWD_BIAS && sdpa_dbias_sums(p);
   if (sums) { /* the kernels write the full gradient (16-byte aligned rows when s_k % 8 == 0) */
