@@ -62,6 +62,7 @@
 #include "problem.h"
 #include "registry.h"
 #include "cuda/fwd/fwd_sm90_common.cuh"
+#include "cuda/fwd/fwd_sm90_items.h"
 #include "cuda/ptx/ptx_bar.cuh"
 #include "cuda/ptx/ptx_ldmatrix.cuh" /* smem_u32 */
 #include "cuda/ptx/ptx_mma.cuh"      /* pack_*x2 */
@@ -208,21 +209,13 @@ __device__ __forceinline__ void load_q(const sdpa_fwd_sm90_params *prm9, uint32_
                   bar_q(bars));
 }
 
-/* This block's work items (sdpa_fwd_sm90_params), as indices in the
- * items' order: its first, and the one after item w (-1 past its last). A
- * pair's first item is its heavy block (p from the last), the next its
- * mirror, none after the mirror or after a middle block that is its own. */
+/* This block's work items (fwd_sm90_items.h), as indices in the items'
+ * order: its first, and the one after item w (-1 past its last). */
 __device__ __forceinline__ int first_item(const sdpa_fwd_sm90_params *prm) {
-  const int x = (int)blockIdx.x, np = (prm->m_blocks + 1) / 2;
-  return prm->pairs ? x / np * prm->m_blocks + x % np : x;
+  return fwd_item_first(prm->pairs, prm->m_blocks, prm->items, (int)blockIdx.x);
 }
 __device__ __forceinline__ int next_item(const sdpa_fwd_sm90_params *prm, int w) {
-  if (prm->pairs) {
-    const int r = w % prm->m_blocks;
-    return 2 * r < prm->m_blocks - 1 ? w + prm->m_blocks - 1 - 2 * r : -1;
-  }
-  /* (compared before adding: w + gridDim.x may pass 2^31 - 1) */
-  return w < prm->items - (int)gridDim.x ? w + (int)gridDim.x : -1;
+  return fwd_item_next(prm->pairs, prm->m_blocks, prm->items, (int)gridDim.x, w);
 }
 
 /* fwd_block_init_at for item w. */

@@ -18,10 +18,9 @@ typedef struct sdpa_fwd_sm90_params {
   sdpa_fwd_params base;
   /* work items: query block (counted from the last), head, batch, in that
    * order (item w is query block m_blocks - 1 - w % m_blocks); a block
-   * takes items blockIdx.x, + gridDim.x, ... (persistent where the grid is
-   * smaller than the items). pairs: block x is instead a pair of one head's
-   * query blocks, m_blocks - 1 - p then p (p = x % ceil(m_blocks / 2); the
-   * rest of x: head, batch), whose causal costs add up to the same. */
+   * takes items blockIdx.x, + gridDim.x, ..., or in pairs (a heavy query
+   * block and its light mirror, whose causal costs add up to the same) pairs
+   * blockIdx.x, + gridDim.x, ...: fwd_sm90_items.h. */
   int m_blocks, items, pairs;
 } sdpa_fwd_sm90_params;
 
@@ -39,8 +38,8 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
  * SM, each taking items in turn (persistent: an item's first copies run
  * under the previous one's epilogue); dense causal (no left window, no
  * seqused_k, no dropout, two query blocks or more) where pairs_ok (the
- * instance's choice), a block a pair of query blocks (a heavy one, then its light
- * mirror: equal blocks, the second's copies under the first's epilogue);
+ * instance's choice), pairs of query blocks (a heavy one, then its light
+ * mirror: equal pairs), a block an SM at most, each taking pairs in turn;
  * else a block an item. SDPA_ERR_INTERNAL naming `name` past 2^31-1 items
  * (the rows' refuse function turns those problems away). */
 extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
