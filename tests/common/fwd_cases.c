@@ -392,6 +392,15 @@ static void build_table(void) {
     ADD(.name = "sm90 causal pairs s_q > s_k", .on = ON_BOTH, .dt = dts2[k], .b = 2, .h = 4,
         .hk = 2, .sq = k ? 600 : 700, .sk = k ? 260 : 200, .d = k ? 192 : 128, .causal = 1,
         .sm90 = 1, .rows16 = 1);
+  /* causal pairs, more of them than SMs: persistent blocks walking pairs
+   * (fwd_sm90_items.h), square and with mirrors that see no key */
+  {
+    const int64_t dq[3] = {64, 128, 256};
+    for (int k = 0; k < 3; ++k)
+      ADD(.name = "sm90 causal pairs persistent", .on = ON_CUDA, .dt = dts2[k & 1], .b = 2,
+          .h = 40, .hk = 8, .sq = 650, .sk = k == 1 ? 500 : 650, .d = dq[k], .causal = 1,
+          .top_left = k == 2, .sm90 = 1, .rows16 = 1);
+  }
   ADD(.name = "sm90 s_q > s_k causal (empty rows)", .on = ON_BOTH, .dt = F16, .b = 2, .h = 2,
       .hk = 1, .sq = 300, .sk = 100, .d = 64, .causal = 1, .sm90 = 1, .rows16 = 1);
   ADD(.name = "sm90 window (100, 20)", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 4,
