@@ -53,6 +53,10 @@ int main(void) {
   /* near 2^31 - 1 items: the next item's index is compared before it is added */
   const int big = 0x7fffffff - 5;
   check(fwd_item_next(0, 1, big, 132, big - 3) == -1, "overflow past the items", 0, 0, 0, 0);
+  /* pairs there: a heavy block's mirror, and the end after the last pair */
+  const int m7 = 7, items7 = 0x7fffffff / 7 * 7, last = items7 - m7; /* the last head-batch */
+  check(fwd_item_next(1, m7, items7, 132, last + 2) == last + 4, "mirror near 2^31", 0, 0, 0, 0);
+  check(fwd_item_next(1, m7, items7, 132, last + 4) == -1, "last pair near 2^31", 0, 0, 0, 0);
   if (failures) {
     printf("%d failures\n", failures);
     return 1;

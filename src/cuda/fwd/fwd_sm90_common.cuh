@@ -39,7 +39,8 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
  * under the previous one's epilogue); dense causal (no left window, no
  * seqused_k, no dropout, two query blocks or more) where pairs_ok (the
  * instance's choice), pairs of query blocks (a heavy one, then its light
- * mirror: equal pairs), a block an SM at most, each taking pairs in turn;
+ * mirror): a block an SM at most, each taking pairs in turn, where the
+ * pairs cost the same (an even count, s_q <= s_k), else a block a pair;
  * else a block an item. SDPA_ERR_INTERNAL naming `name` past 2^31-1 items
  * (the rows' refuse function turns those problems away). */
 extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,

@@ -8,8 +8,10 @@
  * smaller than the items). Pairs (causal): pair q of head-batch q / np, np =
  * ceil(m / 2), is its heavy block r = q % np (query block m - 1 - r), then
  * the light mirror m - 1 - r (query block r) unless r is the middle block;
- * every pair costs about m + 1 key tiles, so block x takes pairs x,
- * x + grid, ... and the blocks stay even. Usable from C and CUDA C.
+ * block x takes pairs x, x + grid, ... (the host makes the grid smaller
+ * than the pairs only where they cost the same: sdpa_fwd_sm90_grid). Pairs
+ * of one head run side by side, sharing its K and V in L2. Usable from C
+ * and CUDA C.
  */
 #ifndef SDPA_FWD_SM90_ITEMS_H
 #define SDPA_FWD_SM90_ITEMS_H
@@ -31,7 +33,7 @@ SDPA_HD int fwd_item_first(int pairs, int m, int items, int x) {
 SDPA_HD int fwd_item_next(int pairs, int m, int items, int grid, int w) {
   if (!pairs) return w < items - grid ? w + grid : -1;
   const int np = (m + 1) / 2, r = w % m;
-  if (r < np && 2 * r < m - 1) return w + m - 1 - 2 * r; /* the heavy block's mirror */
+  if (r < np && 2 * r < m - 1) return w + (m - 1 - 2 * r); /* the heavy block's mirror */
   const int q = w / m * np + (r < np ? r : m - 1 - r);  /* this pair */
   return q < fwd_item_pairs(m, items) - grid ? fwd_item_first(1, m, items, q + grid) : -1;
 }

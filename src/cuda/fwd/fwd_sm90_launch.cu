@@ -62,9 +62,13 @@ extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, in
                     !prm->base.has_dropout;
   const int64_t sms = sdpa_cuda_sm_count();
   prm->pairs = pairs_ok && dense && p->window_left < 0 && p->window_right >= 0 && blocks.x > 1;
+  /* persistent pairs (a block an SM walking pairs in a fixed stride) only where every pair
+     costs about the same: an even count of query blocks (no middle block alone) and s_q <=
+     s_k (no query block past the keys); else a block a pair, which the hardware balances */
   const int64_t npairs = (blocks.x + 1) / 2 * (int64_t)blocks.y * blocks.z;
-  if (prm->pairs) /* every pair costs about the same: persistent past the SMs */
-    *grid = dim3((unsigned)(sms > 0 && sms < npairs ? sms : npairs));
+  const int even = blocks.x % 2 == 0 && p->s_q <= p->s_k;
+  if (prm->pairs)
+    *grid = dim3((unsigned)(even && sms > 0 && sms < npairs ? sms : npairs));
   else if (dense && p->window_left < 0 && p->window_right < 0 && sms > 0 && sms < items)
     *grid = dim3((unsigned)sms);
   else
