@@ -648,10 +648,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME), unmapped);
   dim3 blocks, grid;
   SDPA_TRY(sdpa_fwd_params_init(p, BM, SDPA_STR(SDPA_KERNEL_NAME), &prm.base, &blocks));
-  /* causal pairs above d = 64 and in the 192-row block; the 128-row d = 64
-   * block measured no gain at s 1-2k and a loss at 4-8k */
-  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, HD > 64 || NWG == 3, SDPA_STR(SDPA_KERNEL_NAME), &prm,
-                              &grid));
+  SDPA_TRY(sdpa_fwd_sm90_grid(p, blocks, SDPA_STR(SDPA_KERNEL_NAME), &prm, &grid));
   const int drop = prm.base.has_dropout;
 #if SDPA_FWD_SM90_DROP
   const void *kernel = drop ? (const void *)SDPA_KERNEL_DROP : (const void *)SDPA_KERNEL;

@@ -37,15 +37,14 @@ extern "C" const char *sdpa_fwd_sm90_maps(const sdpa_problem *p, int bn, sdpa_fw
  * no seqused_k, no dropout) and there are more items than SMs, a block an
  * SM, each taking items in turn (persistent: an item's first copies run
  * under the previous one's epilogue); dense causal (no left window, no
- * seqused_k, no dropout, two query blocks or more) where pairs_ok (the
- * instance's choice), pairs of query blocks (a heavy one, then its light
- * mirror): a block an SM at most, each taking pairs in turn, where the
- * pairs cost the same (an even count, s_q <= s_k), else a block a pair;
+ * seqused_k, no dropout, two query blocks or more), pairs of query blocks
+ * (a heavy one, then its light mirror): a block an SM at most, each taking
+ * pairs in turn, where the pairs cost the same (an even count, s_q <= s_k),
+ * else a block a pair;
  * else a block an item. SDPA_ERR_INTERNAL naming `name` past 2^31-1 items
  * (the rows' refuse function turns those problems away). */
-extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
-                                          const char *name, sdpa_fwd_sm90_params *prm,
-                                          dim3 *grid);
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
+                                          sdpa_fwd_sm90_params *prm, dim3 *grid);
 /* The shortest s_q at which the 192-row d 64 rows take a causal problem:
  * below it the 128-row rows run it faster (the wide block's diagonal tiles
  * waste more than its shared K / V tiles save). */

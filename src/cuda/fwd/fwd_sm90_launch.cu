@@ -48,9 +48,8 @@ extern "C" const char *sdpa_fwd_sm90_refuse(const sdpa_problem *p, const sdpa_ke
   return why;
 }
 
-extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, int pairs_ok,
-                                          const char *name, sdpa_fwd_sm90_params *prm,
-                                          dim3 *grid) {
+extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, const char *name,
+                                          sdpa_fwd_sm90_params *prm, dim3 *grid) {
   const int64_t items = (int64_t)blocks.x * blocks.y * blocks.z;
   if (items > 0x7fffffff) /* sdpa_fwd_sm90_refuse turned these away */
     return sdpa_fail(SDPA_ERR_INTERNAL,
@@ -61,7 +60,7 @@ extern "C" sdpa_status sdpa_fwd_sm90_grid(const sdpa_problem *p, dim3 blocks, in
   const int dense = p->layout == SDPA_LAYOUT_DENSE && p->seqused_k == NULL &&
                     !prm->base.has_dropout;
   const int64_t sms = sdpa_cuda_sm_count();
-  prm->pairs = pairs_ok && dense && p->window_left < 0 && p->window_right >= 0 && blocks.x > 1;
+  prm->pairs = dense && p->window_left < 0 && p->window_right >= 0 && blocks.x > 1;
   /* persistent pairs (a block an SM walking pairs in a fixed stride) only where every pair
      costs about the same: an even count of query blocks (no middle block alone) and s_q <=
      s_k (no query block past the keys); else a block a pair, which the hardware balances */
