@@ -401,6 +401,16 @@ static void build_table(void) {
           .h = 40, .hk = 8, .sq = 650, .sk = k == 1 ? 500 : 650, .d = dq[k], .causal = 1,
           .top_left = k == 2, .sm90 = 1, .rows16 = 1);
   }
+  /* d 256 unmasked: key tiles of 80 (a partial last tile; GQA; varlen, whose
+   * copies read the next sequence's rows; d 232 padded) */
+  ADD(.name = "sm90 d 256 key tiles of 80", .on = ON_CUDA, .dt = BF16, .b = 2, .h = 4, .hk = 2,
+      .sq = 333, .sk = 250, .d = 256, .rows16 = 1, .row = "fwd_sm90_bf16_hd256_bn80");
+  ADD(.name = "sm90 d 232 key tiles of 80, varlen", .on = ON_CUDA, .dt = F16, .b = 3, .h = 2,
+      .hk = 1, .sq = 300, .sk = 260, .d = 232, .varlen = 1, .rows16 = 1,
+      .row = "fwd_sm90_f16_hd256_bn80");
+  ADD(.name = "sm90 d 256 causal on the 64-key row", .on = ON_CUDA, .dt = BF16, .b = 1, .h = 2,
+      .hk = 2, .sq = 270, .sk = 300, .d = 256, .causal = 1, .rows16 = 1,
+      .row = "fwd_sm90_bf16_hd256");
   ADD(.name = "sm90 s_q > s_k causal (empty rows)", .on = ON_BOTH, .dt = F16, .b = 2, .h = 2,
       .hk = 1, .sq = 300, .sk = 100, .d = 64, .causal = 1, .sm90 = 1, .rows16 = 1);
   ADD(.name = "sm90 window (100, 20)", .on = ON_BOTH, .dt = BF16, .b = 1, .h = 4, .hk = 4,

@@ -30,7 +30,9 @@
  * Q K^T, where the integer work can issue beside the tensor cores (the probs
  * pass after it: registers). */
 enum { DW = (PS + 3) / 4 }; /* keep-bit words per m16 tile */
+#ifndef SDPA_FWD_NO_DROPOUT /* (key tiles of 80 have an odd step count, and no dropout) */
 static_assert(PS % 2 == 0, "the lanes of a quad split k16 steps in pairs");
+#endif
 
 /* The keep bit of element (n8, hf, e) of step ps in word dm[mt][ps / 4]: the
  * one statement of the layout drop_mask writes and drop_negate / drop_packed

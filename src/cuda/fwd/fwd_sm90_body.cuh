@@ -8,13 +8,13 @@
  *   SDPA_HDIM          head-dim bucket: 64, 128, 192 or 256
  *   SDPA_BLOCK_M       query rows per block: 64 per consumer warpgroup (two
  *                      or three)
- *   SDPA_BLOCK_N       keys per tile: 64, 96 or 128
+ *   SDPA_BLOCK_N       keys per tile: 64, 80, 96 or 128
  *   SDPA_WARPS         4 x (consumer warpgroups + 1)
  *   SDPA_DV            (a _dv row, optional) V's and O's columns when d_v is
  *                      below the bucket (MLA's 192 / 128): P V is m64n<DV>
  *                      and the V ring holds DV columns; the row refuses a
  *                      larger d_v (the bucket's rows take it)
- *   SDPA_FWD_NO_DROPOUT (the _bm192 rows' family) no dropout kernel: the
+ *   SDPA_FWD_NO_DROPOUT (the _bm192 and _bn80 rows' family) no dropout kernel: the
  *                      family does not list dropout
  * and includes this file, which defines SDPA_KERNEL_NAME##_kernel and
  * extern "C" SDPA_KERNEL_NAME##_run.
@@ -154,7 +154,7 @@ enum {
 static_assert(HD % 64 == 0 && HD <= 256, "sm90 head-dim buckets: multiples of 64 up to 256");
 static_assert(DV % 64 == 0 && DV <= HD, "V's columns: 64-column blocks, at most the bucket");
 static_assert(BM == 64 * NWG && NWG >= 1, "64 query rows per consumer warpgroup");
-static_assert(BN == 64 || BN == 96 || BN == 128, "key tiles of 64, 96 or 128");
+static_assert(BN == 64 || BN == 80 || BN == 96 || BN == 128, "key tiles of 64, 80, 96 or 128");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 
 #include "cuda/fwd/fwd_softmax.cuh" /* reads MT, NT, DT */
@@ -621,6 +621,15 @@ extern "C" const char *SDPA_PASTE(SDPA_KERNEL_NAME, _refuse)(const sdpa_problem 
              "a mask with s_q = %lld, window_left = %lld (192-row blocks take causal masks "
              "without a left window at s_q >= %d; the 128-row row runs it)",
              (long long)p->s_q, (long long)p->window_left, (int)SDPA_FWD_WIDE_CAUSAL_SQ);
+    return why;
+  }
+  /* key tiles of 80 (d 256 unmasked): under a mask the diagonal wastes more of the
+     wider tile than it saves */
+  if (BN == 80 && (p->window_left >= 0 || p->window_right >= 0)) {
+    snprintf(why, n,
+             "a mask (window_left = %lld, window_right = %lld; the 80-key row takes unmasked "
+             "problems, the 64-key row runs masks)",
+             (long long)p->window_left, (long long)p->window_right);
     return why;
   }
   if (p->d_v > DV) {

@@ -67,6 +67,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 #define WG_S10(x) "%" #x "0, %" #x "1, %" #x "2, %" #x "3, %" #x "4, %" #x "5, %" #x "6, %" #x "7, %" #x "8, %" #x "9"
 #define WG_ACC_16 "{" WG_S10() ", %10, %11, %12, %13, %14, %15}"
 #define WG_ACC_32 "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", %30, %31}"
+#define WG_ACC_40 "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) "}"
 #define WG_ACC_48 "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", %40, %41, %42, %43, %44, %45, %46, %47}"
 #define WG_ACC_64                                                                           \
   "{" WG_S10() ", " WG_S10(1) ", " WG_S10(2) ", " WG_S10(3) ", " WG_S10(4) ", " WG_S10(5) \
@@ -82,6 +83,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 #define WG_F16(d, j) WG_F4(d, (j)), WG_F4(d, (j) + 1), WG_F4(d, (j) + 2), WG_F4(d, (j) + 3)
 #define WG_OPS_16(d) WG_F16(d, 0)
 #define WG_OPS_32(d) WG_F16(d, 0), WG_F16(d, 4)
+#define WG_OPS_40(d) WG_OPS_32(d), WG_F4(d, 8), WG_F4(d, 9)
 #define WG_OPS_48(d) WG_OPS_32(d), WG_F16(d, 8)
 #define WG_OPS_64(d) WG_OPS_32(d), WG_F16(d, 8), WG_F16(d, 12)
 #define WG_OPS_96(d) WG_OPS_64(d), WG_F16(d, 16), WG_F16(d, 20)
@@ -119,6 +121,7 @@ __device__ __forceinline__ void wg_fence_acc(float (*d)[4], int n) {
 #define WG_DEFINE_TY(TY)                                                                       \
   WG_DEFINE_SS(ss, 32, TY, 16, "%16", "%17", "%18", "0", "0")                                  \
   WG_DEFINE_SS(ss, 64, TY, 32, "%32", "%33", "%34", "0", "0")                                  \
+  WG_DEFINE_SS(ss, 80, TY, 40, "%40", "%41", "%42", "0", "0")                                  \
   WG_DEFINE_SS(ss, 96, TY, 48, "%48", "%49", "%50", "0", "0")                                  \
   WG_DEFINE_SS(ss, 128, TY, 64, "%64", "%65", "%66", "0", "0")                                 \
   WG_DEFINE_SS(sst, 64, TY, 32, "%32", "%33", "%34", "0", "1")                                 \
@@ -140,6 +143,7 @@ WG_DEFINE_TY(f16)
 #undef WG_OPS_96
 #undef WG_OPS_64
 #undef WG_OPS_48
+#undef WG_OPS_40
 #undef WG_OPS_32
 #undef WG_OPS_16
 #undef WG_F16
@@ -148,6 +152,7 @@ WG_DEFINE_TY(f16)
 #undef WG_ACC_96
 #undef WG_ACC_64
 #undef WG_ACC_48
+#undef WG_ACC_40
 #undef WG_ACC_32
 #undef WG_ACC_16
 #undef WG_S10
