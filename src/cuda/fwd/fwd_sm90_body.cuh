@@ -138,15 +138,17 @@ enum {
   OFF_V = OFF_K + STAGES * TILE_KV,
   OFF_MASK = OFF_V + STAGES * TILE_V, /* the dropout mask's ring (fwd_sm90_dropout.cuh) */
   MASK_STAGE = 128 * NWG * 8,     /* bytes of a stage: a uint2 a consumer thread */
-  OFF_O = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? STAGES * MASK_STAGE : 0),
+  OFF_BAR = OFF_MASK + (SDPA_MASK_BY_PRODUCER ? STAGES * MASK_STAGE : 0),
+  OFF_O = (OFF_BAR + (2 + 6 * STAGES) * 8 + 127) / 128 * 128, /* past the barriers, last */
   TILE_O = BM * DV * 2,
-  BAR_BYTES = (2 + 6 * STAGES) * 8 + 1024, /* barriers; slack to align the base to 1024 */
+  SLACK = 1024, /* to align the base to 1024 */
   /* the output staged in its own tile where it fits, so the next item's Q
    * can load once the last Q K^T is done (else through Q's rows, after the
-   * epilogue); the dropout kernel keeps the Q rows (o_own) */
-  O_OWN = OFF_O + TILE_O + BAR_BYTES <= 227 * 1024,
-  OFF_BAR = OFF_O + (O_OWN ? TILE_O : 0),
-  SMEM_BYTES = OFF_BAR + BAR_BYTES,
+   * epilogue); the dropout kernel keeps the Q rows (o_own) and is launched
+   * without the tile (SMEM_DROP) */
+  O_OWN = OFF_O + TILE_O + SLACK <= 227 * 1024,
+  SMEM_DROP = OFF_BAR + (2 + 6 * STAGES) * 8 + SLACK,
+  SMEM_BYTES = O_OWN ? OFF_O + TILE_O + SLACK : SMEM_DROP,
   /* named barriers: 1 + cw the epilogue's, 1 + NWG zero_v_tail's, then the turns' */
   TURN_BAR = 2 + NWG
 };
@@ -667,8 +669,9 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      SDPA_STR(SDPA_KERNEL_NAME));
   const void *kernel = (const void *)SDPA_KERNEL;
 #endif
-  return sdpa_kernel_launch1(kernel, &prm, p->stream, grid, NTHREADS, SMEM_BYTES,
-                             drop ? smem_set_drop : smem_set, SDPA_STR(SDPA_KERNEL_NAME));
+  return sdpa_kernel_launch1(kernel, &prm, p->stream, grid, NTHREADS,
+                             drop ? SMEM_DROP : SMEM_BYTES, drop ? smem_set_drop : smem_set,
+                             SDPA_STR(SDPA_KERNEL_NAME));
 }
 
 #undef SDPA_WG_QK
