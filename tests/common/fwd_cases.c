@@ -67,6 +67,11 @@ static void build_table(void) {
   for (int k = 0; k < 2; ++k)
     ADD(.name = "small sm90 persistent", .on = ON_CUDA, .small = 1, .dt = dts2[k], .b = 1,
         .h = 80, .hk = 8, .sq = 200, .sk = 70, .d = k ? 232 : 40, .rows16 = 1, .sm90 = 1);
+  /* unmasked d 256: key tiles of 80, several tiles (the pipelined steps), both dtypes */
+  for (int k = 0; k < 2; ++k)
+    ADD(.name = "small sm90 key tiles of 80", .on = ON_CUDA, .small = 1, .dt = dts2[k], .b = 1,
+        .h = 4, .hk = 2, .sq = 130, .sk = 200, .d = 256, .rows16 = 1,
+        .row = k ? "fwd_sm90_bf16_hd256_bn80" : "fwd_sm90_f16_hd256_bn80");
   /* causal on the 192-row d 64 row: pairs with the middle block alone */
   ADD(.name = "small sm90 wide causal", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 2,
       .hk = 1, .sq = 2048, .sk = 2048, .d = 64, .causal = 1, .rows16 = 1,

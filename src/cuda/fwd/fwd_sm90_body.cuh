@@ -41,7 +41,8 @@
  * warpgroup's four warps also make the mask, a query row a thread
  * (fwd_sm90_dropout.cuh); with tiles of 64 the consumers make it (the
  * 192-row rows have no dropout kernel, and take a mask only when causal
- * and s_q >= SDPA_FWD_WIDE_CAUSAL_SQ: their refuse function).
+ * and s_q >= SDPA_FWD_WIDE_CAUSAL_SQ: their refuse function; the rows with
+ * key tiles of 80 have none either, and take no mask).
  *
  * Supported (SDPA_FWD_SM90_FEATURES): dense and varlen, seqused_k, causal /
  * window, alibi, softcap, GQA / MQA, dropout (a second kernel), lse. Bias,
@@ -591,7 +592,7 @@ __device__ __forceinline__ void fwd_sm90(const sdpa_fwd_sm90_params *prm, int dr
 }
 
 /* Two kernels: without and with dropout (the plain one keeps its registers).
- * A _dv or _bm192 row has no dropout kernel: its family does not list
+ * A _dv, _bm192 or _bn80 row has no dropout kernel: its family does not list
  * dropout, so the registry never gives it one. */
 #ifdef SDPA_FWD_NO_DROPOUT
 #define SDPA_FWD_SM90_DROP 0
