@@ -66,6 +66,13 @@ static void build_table(void) {
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1);
     ADD(.name = "small_mla_det", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 2,
         .sq = 90, .sk = 70, .d = 192, .dv = 128, .rows16 = 1, .det = 1);
+    /* the older d split rows, which the warp-specialized ones now precede */
+    ADD(.name = "small_sm90_d192_older", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4,
+        .hk = 2, .sq = 90, .sk = 70, .d = 192, .rows16 = 1, .det = 1,
+        .kernel = "bwd_sm90_bf16_hd192");
+    ADD(.name = "small_mla_older", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
+        .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1,
+        .kernel = "bwd_sm90_f16_hd192_dv128");
     ADD(.name = "small_mla_sm80", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1,
         .kernel = "bwd_sm80_f16_hd192");
@@ -305,40 +312,72 @@ static void build_table(void) {
   H(.name = "sm90_d96_dropout_det", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 300,
     .d = 96, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d160_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 230,
-    .d = 160, .window = 1, .wl = 60, .wr = 10, .row = "bwd_sm90_f16_hd192");
+    .d = 160, .window = 1, .wl = 60, .wr = 10, .kernel = "bwd_sm90_f16_hd192");
   H(.name = "sm90_mla_d192_dv128_causal_gqa", .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 260,
-    .sk = 300, .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_bf16_hd192_dv128");
+    .sk = 300, .d = 192, .dv = 128, .causal = 1, .kernel = "bwd_sm90_bf16_hd192_dv128");
   H(.name = "sm90_mla_d192_dv128_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130,
     .sk = 150, .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5,
-    .row = "bwd_sm90_f16_hd192_dv128");
+    .kernel = "bwd_sm90_f16_hd192_dv128");
   H(.name = "sm90_d192_softcap_alibi_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300,
     .sk = 270, .d = 192, .causal = 1, .softcap = 3.f, .alibi = 2, .dropout = 0.17f,
-    .row = "bwd_sm90_bf16_hd192");
+    .kernel = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_d176_det_dqkernel_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200,
-    .sk = 700, .d = 176, .window = 1, .wl = 300, .wr = 40, .det = 5, .row = "bwd_sm90_f16_hd192");
+    .sk = 700, .d = 176, .window = 1, .wl = 300, .wr = 40, .det = 5,
+    .kernel = "bwd_sm90_f16_hd192");
   H(.name = "sm90_d192_det_dropout_tl", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 330, .sk = 200,
-    .d = 192, .causal = 1, .top_left = 1, .dropout = 0.17f, .det = 5, .row = "bwd_sm90_bf16_hd192");
+    .d = 192, .causal = 1, .top_left = 1, .dropout = 0.17f, .det = 5,
+    .kernel = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_d136_varlen_gqa4", .dt = BF16, .b = 3, .h = 8, .hk = 2, .sq = 150, .sk = 200,
-    .d = 136, .varlen = 1, .row = "bwd_sm90_bf16_hd192");
+    .d = 136, .varlen = 1, .kernel = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_mla_d192_dv128_plain", .dt = F16, .b = 1, .h = 4, .hk = 4, .sq = 400, .sk = 330,
-    .d = 192, .dv = 128, .row = "bwd_sm90_f16_hd192_dv128");
+    .d = 192, .dv = 128, .kernel = "bwd_sm90_f16_hd192_dv128");
   H(.name = "sm90_d160_dv96_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
     .sk = 300, .d = 160, .dv = 96, .softcap = 3.f, .dropout = 0.17f,
-    .row = "bwd_sm90_bf16_hd192_dv128");
+    .kernel = "bwd_sm90_bf16_hd192_dv128");
   H(.name = "sm90_d192_dv160_causal_gqa", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200, .sk = 260,
-    .d = 192, .dv = 160, .causal = 1, .row = "bwd_sm90_f16_hd192");
+    .d = 192, .dv = 160, .causal = 1, .kernel = "bwd_sm90_f16_hd192");
   /* _dv128's deterministic kernels with score features (feat_det, dq_feat);
    * d_v above d in hd192; d and d_v that end inside a 16-byte chunk (in
    * rows padded to 16 bytes) in hd192 and _dv128 */
   H(.name = "sm90_mla_dv128_det_softcap_alibi", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 200,
     .sk = 330, .d = 192, .dv = 128, .causal = 1, .softcap = 3.f, .alibi = 1, .det = 5,
-    .row = "bwd_sm90_bf16_hd192_dv128");
+    .kernel = "bwd_sm90_bf16_hd192_dv128");
   H(.name = "sm90_d128_dv192", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 250, .d = 128,
-    .dv = 192, .row = "bwd_sm90_f16_hd192");
+    .dv = 192, .kernel = "bwd_sm90_f16_hd192");
   H(.name = "sm90_d150_causal", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 170, .sk = 210,
-    .d = 150, .causal = 1, .row = "bwd_sm90_bf16_hd192");
+    .d = 150, .causal = 1, .kernel = "bwd_sm90_bf16_hd192");
   H(.name = "sm90_mla_d192_dv100", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 220, .sk = 190,
-    .d = 192, .dv = 100, .row = "bwd_sm90_f16_hd192_dv128");
+    .d = 192, .dv = 100, .kernel = "bwd_sm90_f16_hd192_dv128");
+  /* the warp-specialized d split (d 129-192; _dv128 for d_v <= 128): GQA with
+   * several key blocks and query steps, varlen under a window, the score
+   * features with dropout, d_v != d both ways, and the deterministic mode's
+   * counters on three dQ tiles a query block (two of them one writer's) */
+  H(.name = "sm90ws_d192_causal_gqa4", .dt = BF16, .b = 2, .h = 8, .hk = 2, .sq = 260, .sk = 300,
+    .d = 192, .causal = 1, .row = "bwd_sm90_ws_bf16_hd192");
+  H(.name = "sm90ws_d160_varlen_window", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 200, .sk = 230,
+    .d = 160, .varlen = 1, .window = 1, .wl = 60, .wr = 10, .row = "bwd_sm90_ws_f16_hd192");
+  H(.name = "sm90ws_d192_softcap_alibi_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300,
+    .sk = 270, .d = 192, .causal = 1, .softcap = 3.f, .alibi = 2, .dropout = 0.17f,
+    .row = "bwd_sm90_ws_bf16_hd192");
+  H(.name = "sm90ws_d176_det_window", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 700,
+    .d = 176, .window = 1, .wl = 300, .wr = 40, .det = 5, .row = "bwd_sm90_ws_f16_hd192");
+  H(.name = "sm90ws_d192_det_dropout_tl", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 330,
+    .sk = 200, .d = 192, .causal = 1, .top_left = 1, .dropout = 0.17f, .det = 5,
+    .row = "bwd_sm90_ws_bf16_hd192");
+  H(.name = "sm90ws_d192_dv160_causal_gqa", .dt = F16, .b = 1, .h = 4, .hk = 1, .sq = 200,
+    .sk = 260, .d = 192, .dv = 160, .causal = 1, .row = "bwd_sm90_ws_f16_hd192");
+  H(.name = "sm90ws_d128_dv192", .dt = F16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 250,
+    .d = 128, .dv = 192, .row = "bwd_sm90_ws_f16_hd192");
+  H(.name = "sm90ws_mla_causal_gqa8", .dt = BF16, .b = 2, .h = 8, .hk = 1, .sq = 260, .sk = 300,
+    .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_ws_bf16_hd192_dv128");
+  H(.name = "sm90ws_mla_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130, .sk = 150,
+    .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5, .row = "bwd_sm90_ws_f16_hd192_dv128");
+  H(.name = "sm90ws_d160_dv100_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
+    .sk = 300, .d = 160, .dv = 100, .softcap = 3.f, .dropout = 0.17f,
+    .row = "bwd_sm90_ws_bf16_hd192_dv128");
+  H(.name = "sm90ws_mla_det_softcap_alibi", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 200,
+    .sk = 330, .d = 192, .dv = 128, .causal = 1, .softcap = 3.f, .alibi = 1, .det = 5,
+    .row = "bwd_sm90_ws_bf16_hd192_dv128");
   H(.name = "sm90_d128_dv64_softcap_alibi", .dt = F16, .b = 2, .h = 4, .hk = 1, .sq = 200,
     .sk = 170, .d = 128, .dv = 64, .causal = 1, .softcap = 3.f, .alibi = 2);
   H(.name = "sm90_d96_dv64_dropout", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 150, .sk = 190,

@@ -194,21 +194,7 @@ __device__ __forceinline__ void dq_product(const sdpa_bwd_params *prm, uint32_t 
   dq_reduce(prm, acc, rb, cc * DQN, DQN, m0, sq, q_start, hh, wq, g, t);
 }
 
-/* The d split's columns, the one table of them: warpgroup wg's dK, dV and
- * dQ widths (64 or 128) and first columns. The widths are macros so that a
- * literal wg gives the products literal widths (ptxas allocates the d = 192
- * kernels differently when they come through inline functions; the
- * measured kernels were built from these forms). d = 256: 128 of each a
- * warpgroup. d = 192 (the 64-column swizzle blocks allow no 96-column
- * halves): dK / dV 128 + 64, dQ the other way round (warpgroup 0 the last
- * 64 columns, 1 the first 128), so each multiplies five or four 64-column
- * blocks a step; with d_v 128 (a _dv128 row), dV 64 + 64: four each. */
-#define SPLIT_DK_N(wg) (HD == 256 || (wg) == 0 ? 128 : 64)
-#define SPLIT_DV_N(wg) (HDV == 128 ? 64 : SPLIT_DK_N(wg))
-#define SPLIT_DQ_N(wg) (HD == 256 || (wg) == 1 ? 128 : 64)
-#define SPLIT_DK_COL(wg) (128 * (wg))
-__device__ __forceinline__ int split_dv_col(int wg) { return HDV == 128 ? 64 * wg : 128 * wg; }
-__device__ __forceinline__ int split_dq_col(int wg) { return HD == 256 ? 128 * wg : 128 - 128 * wg; }
+#include "cuda/bwd/bwd_sm90_split.cuh" /* the d split's column table */
 
 /* One warpgroup's products of a d split's step, after the P^T / dS^T
  * exchange: its dQ columns (none when deterministic: bwd_dq_body makes dQ)

@@ -4,10 +4,14 @@
  * instance (a SDPA_BWD_SM90_WS row of kernels.def) defines
  *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_ws_bf16_hd128
  *   SDPA_DTYPE        BF16 or F16
- *   SDPA_HDIM         head-dim bucket: 128
- *   SDPA_BLOCK_M      query rows a step: 64
- *   SDPA_BLOCK_N      keys a block: 128 (64 a consumer warpgroup)
+ *   SDPA_HDIM         head-dim bucket: 64, 128 or 192
+ *   SDPA_BLOCK_M      query rows a step: 128 at d 64, else 64
+ *   SDPA_BLOCK_N      keys a block: 128 (64 a consumer warpgroup), or 64
+ *                     at d 192 (the d split: both consumers on the same
+ *                     keys, each with part of the dK / dV / dQ columns)
  *   SDPA_WARPS        12 (a producer warpgroup and two consumers)
+ *   SDPA_DV           (a _dv128 row, optional) d_v's columns multiplied
+ *                     when below the bucket (MLA's 192 / 128)
  * and includes this file; bwd_launch.cuh (included at the bottom) adds the
  * pre / post kernels and the host side, as for the other backwards.
  *
@@ -28,11 +32,16 @@
  *              block of dQ over all 128 keys, so each dQ element is
  *              reduced once a block. The stage is released as soon as dV /
  *              dK are done; dQ goes to the warpgroup's fp32 dQ tile.
- *   writers    producer warps 2, 3, one a consumer: its dQ tile is added
- *              to the accumulator by one bulk reduction of the copy engine
+ *   writers    producer warps 2, 3, one a consumer: its dQ tiles are added
+ *              to the accumulator by bulk reductions of the copy engine
  *              (cp.reduce.async.bulk), the accumulator being tiled to match
  *              (bwd_dq_tile), so the consumers issue no atomics and wait
  *              for none.
+ * The d split (d 192, ws_consume_split): both consumers own the block's 64
+ * keys; each makes S^T / dP^T for 32 of the step's 64 queries, P^T and dS^T
+ * meet in shared tiles, and each multiplies dV, dK and dQ for its columns of
+ * bwd_sm90_split.cuh's table (dK / dV 128 + 64, dQ 64 + 128) with the
+ * operands from shared memory.
  * No block-wide barrier after the start: the roles meet on mbarriers, the
  * consumers on one named barrier a step. The producer warpgroup keeps 56
  * registers a thread (setmaxnreg), the consumers 224.
@@ -62,7 +71,15 @@
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
 
-#define SDPA_HDW SDPA_HDIM /* dK / dV columns a warpgroup: all of them */
+#ifndef SDPA_DV
+#define SDPA_DV SDPA_HDIM
+#endif
+/* dK / dV columns a warpgroup: all of them, or the d split's wider share */
+#if SDPA_BLOCK_N == 64
+#define SDPA_HDW 128
+#else
+#define SDPA_HDW SDPA_HDIM
+#endif
 /* setmaxnreg's split of the block's 384 x 168 registers: the producer keeps
  * what its copies' addresses need, the consumers take the rest */
 #define SDPA_REG_P 56
@@ -73,32 +90,39 @@
 
 enum {
   HD = SDPA_HDIM,
+  HDV = SDPA_DV, /* V's, dO's and dV's columns multiplied (the d split) */
   BM = SDPA_BLOCK_M,
   BN = SDPA_BLOCK_N,
+  SPLIT = BN == 64, /* the d split: both consumers on the block's 64 keys */
   NTHREADS = SDPA_WARPS * 32,
   STAGES = 2,       /* Q / dO / lse2 / D stages */
   NQ = BM / 8,      /* n8 tiles of S^T / dP^T */
   MS = BM / 16,     /* k16 steps over a step's queries */
   KS = HD / 16,     /* k16 steps over the head dim */
-  DTW = HD / 8,     /* n8 tiles of dK / dV */
-  /* a consumer's 64 x 64 block of the step's dQ: at d 128 all 64 rows and
-     half of the columns, at d 64 (128 queries a step) half of the rows */
+  KSV = HDV / 16,   /* k16 steps of dP^T = V dO^T (the d split) */
+  DTW = SDPA_HDW / 8, /* n8 tiles of dK / dV */
+  /* a consumer's block of the step's dQ, 64 x 64 tiles: at d 128 all 64 rows
+     and half of the columns, at d 64 (128 queries a step) half of the rows;
+     the d split's 64 or 128 columns (one or two tiles) */
   DQN = 64,
-  DQT = DQN / 8,
+  DQT = (SPLIT ? 128 : DQN) / 8,
   DQ_BY_ROWS = BM == 128,
+  NDQ = SPLIT ? HD / 64 : 2, /* staged dQ tiles */
   ROWB = 128,
   TILE = BM * HD * 2,    /* a Q or dO tile */
   TILE_KV = BN * HD * 2, /* a K or V tile */
   SM_S = BN * BM * 2,    /* a dS^T tile */
-  SM_DQ = 64 * DQN * 4, /* a staged dQ block: a tile of the accumulator, its layout (bwd_dq_tile) */
-  /* K, V, Q [STAGES], dO [STAGES], dS^T [2], dQ [2 consumers], lse2 / D [STAGES][BM], barriers */
+  SM_DQ = 64 * DQN * 4, /* a staged dQ tile: a tile of the accumulator, its layout (bwd_dq_tile) */
+  /* K, V, Q [STAGES], dO [STAGES], dS^T [2], (the d split) P^T [2], dQ [NDQ],
+     lse2 / D [STAGES][BM], barriers */
   OFF_K = 0,
   OFF_V = TILE_KV,
   OFF_Q = 2 * TILE_KV,
   OFF_DO = OFF_Q + STAGES * TILE,
   OFF_S = OFF_DO + STAGES * TILE,
-  OFF_DQ = OFF_S + 2 * SM_S,
-  OFF_L = OFF_DQ + 2 * SM_DQ,
+  OFF_P = OFF_S + 2 * SM_S,
+  OFF_DQ = OFF_P + (SPLIT ? 2 * SM_S : 0),
+  OFF_L = OFF_DQ + NDQ * SM_DQ,
   OFF_D = OFF_L + STAGES * BM * 4,
   OFF_BAR = OFF_D + STAGES * BM * 4,
   BAR_FULL = 0, /* + stage */
@@ -114,7 +138,7 @@ enum {
   /* tile_load.cuh's geometry, for the 64 loader threads */
   CPR = HD / 8,
   EPC = 8,
-  CPRP = CPR,
+  CPRP = CPR <= 16 ? CPR : 32, /* d = 192: 24 chunks a row in a warp's lanes */
   LOAD_RPP = LOADERS / CPRP,
   LOAD_PLAIN = 0
 };
@@ -122,8 +146,10 @@ enum {
 #define LOAD_UNROLL 2 /* the producer keeps few registers */
 #define LOAD_ZFILL 1 /* head dims inside the bucket: no split warps */
 static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer warpgroups");
-static_assert(BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128)),
-              "64 keys a consumer; d 128: 64 queries a step, d 64: 128");
+static_assert((BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128))) ||
+                  (SPLIT && HD == 192 && BM == 64),
+              "64 keys a consumer; d 128: 64 queries a step, d 64: 128; d 192: the d split");
+static_assert(HDV == HD || (SPLIT && HDV == 128), "a _dv128 row: the d split's");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 static_assert(OFF_DQ % 256 == 0 && SM_DQ % 256 == 0, "dQ tiles: the staging stores' xor needs bits 5-7 clear");
 /* setmaxnreg.inc waits until the registers are free: a split above what the
@@ -133,6 +159,7 @@ static_assert(PRODUCERS * SDPA_REG_P + CONSUMERS * SDPA_REG_C <= NTHREADS * ((65
               "setmaxnreg: the split must fit the registers the block holds");
 
 #include "cuda/bwd/bwd_sm90_tiles.cuh"
+#include "cuda/bwd/bwd_sm90_split.cuh"
 
 __device__ __forceinline__ uint32_t ws_bar(uint32_t base, int i) { return base + OFF_BAR + 8 * i; }
 
@@ -183,35 +210,46 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 }
 
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
+/* Consumer w's staged tiles a step: how many, and the first (its index
+ * among the staged tiles and, but for d 64's row halves, its column block). */
+__device__ __forceinline__ int ws_dq_ntiles(int w) { return SPLIT ? SPLIT_DQ_N(w) / 64 : 1; }
+__device__ __forceinline__ int ws_dq_first(int w) { return SPLIT ? split_dq_col(w) / 64 : w; }
+
 /* One bulk reduction a tile (skipped when all its rows are past the
- * sequence), the tile free again once the copy engine has read it. det (a
- * literal): the tile's additions in descending key-block order, this
+ * sequence), the tiles free again once the copy engine has read them. det (a
+ * literal): a tile's additions in descending key-block order, this
  * block's turn counted from the last key block that visits the query block
  * (bwd_key_block_hi); its counter is released once the writes are done.
  * Under a causal mask or a window a key block meets a query block one step
  * after the next key block did, so that order keeps the blocks from waiting. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane, const int det) {
-  const uint32_t tile = base + OFF_DQ + w * SM_DQ;
+  const int first = ws_dq_first(w), ntiles = ws_dq_ntiles(w);
   int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
-    const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the tile's first row */
+    const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the tiles' first row */
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
     if (lane == 0) {
-      const int cb = DQ_BY_ROWS ? 0 : w, live = m0 < kf->sq;
-      const int64_t dt = bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD);
-      int *sem = det ? bwd_dq_sem(prm, dt) : NULL;
-      if (det && live)
-        sem_wait_eq(sem, (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) -
-                               kf->n0 / BN));
-      if (live)
-        bulk_reduce_add_f32(bwd_dq_tile(prm, dt), tile, SM_DQ);
-      bulk_commit();
-      if (det) {
-        bulk_wait0();
-        if (live) sem_release_inc(sem);
-      } else {
+      const int live = m0 < kf->sq;
+#pragma unroll 1
+      for (int k = 0; k < ntiles; ++k) {
+        const int cb = DQ_BY_ROWS ? 0 : first + k;
+        const int64_t dt = bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD);
+        int *sem = det ? bwd_dq_sem(prm, dt) : NULL;
+        if (det && live)
+          sem_wait_eq(sem, (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) -
+                                 kf->n0 / BN));
+        if (live)
+          bulk_reduce_add_f32(bwd_dq_tile(prm, dt), base + OFF_DQ + (first + k) * SM_DQ, SM_DQ);
+        if (det) {
+          bulk_commit();
+          bulk_wait0();
+          if (live) sem_release_inc(sem);
+        }
+      }
+      if (!det) {
+        bulk_commit();
         bulk_wait_read0();
       }
       mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
@@ -222,7 +260,27 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
   if (lane == 0) bulk_wait0();
 }
 
-/* ---- consumers: the five products of a step ------------------------------------------- */
+/* ---- consumers ------------------------------------------------------------------------ */
+/* The warpgroup's dQ block (n columns, a literal, in 64-column tiles from the
+ * staged tile at tile0) to shared memory, which a producer warp adds to the
+ * accumulator: row r's 8-column group j of a tile at j ^ (r % 8) = j ^ g
+ * (the group's byte offset j 32 sits in bits 5-7, which the tile's base and
+ * row leave 0: j ^ g is an xor of the address). */
+__device__ __forceinline__ void ws_stage_dq(uint32_t tile0, float (*dqa)[4], int wq, int g, int t,
+                                            const int n) {
+  const uint32_t st = (tile0 + ((wq * 16 + g) * DQN + 2 * t) * 4) ^ (g << 5);
+#pragma unroll
+  for (int j = 0; j < n / 8; ++j)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(((st + (j >> 3) * SM_DQ) ^
+                                                                 ((j & 7) << 5)) +
+                                                                hf * 8 * DQN * 4),
+                   "f"(dqa[j][2 * hf]), "f"(dqa[j][2 * hf + 1])
+                   : "memory");
+}
+
+/* The five products of a step, two consumers of 64 keys each. */
 /* wg: 0 or 1 (the consumer), ctid: 0 .. 255; feat (0 plain, 1 softcap / alibi
  * / dropout) a literal. dK, dV accumulate into dk, dv. */
 __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd_kframe *kf,
@@ -285,25 +343,105 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     wg_wait0();
     wg_fence_acc(dqa, DQT);
 
-    /* to the warpgroup's dQ tile (row r's 8-column group j at j ^ (r % 8) = j ^ g),
-       which a producer warp adds to the accumulator */
     mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
-    {
-      /* (the group's byte offset j 32 sits in bits 5-7, which the tile's base and
-         row leave 0: j ^ g is an xor of the address) */
-      const uint32_t st = (base + OFF_DQ + wg * SM_DQ + ((wq * 16 + g) * DQN + 2 * t) * 4) ^ (g << 5);
-#pragma unroll
-      for (int j = 0; j < DQT; ++j)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"((st ^ (j << 5)) + hf * 8 * DQN * 4),
-                       "f"(dqa[j][2 * hf]), "f"(dqa[j][2 * hf + 1])
-                       : "memory");
-    }
+    ws_stage_dq(base + OFF_DQ + wg * SM_DQ, dqa, wq, g, t, DQN);
     fence_proxy_async(); /* for the copy engine's reads */
     mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
     ws_next_step(kf, &hh, &mb);
   }
+}
+
+/* The d split: one warpgroup's products of a step, after the P^T / dS^T
+ * exchange: its dQ columns first, staged for its writer once done, while dV
+ * and dK run; the stage is released once they are. dkn, dvn, dqn: the split
+ * table's widths of wg, as literals. */
+__device__ __forceinline__ void ws_split_products(float (*dk)[4], float (*dv)[4], uint32_t base,
+                                                  uint32_t s_s, uint32_t s_p, uint32_t s_q,
+                                                  uint32_t s_do, int wg, int wq, int g, int t,
+                                                  int it, int s, const int dkn, const int dvn,
+                                                  const int dqn) {
+  float dqa[DQT][4];
+  const int dqc = split_dq_col(wg);
+  const uint32_t kcol = (uint32_t)(SPLIT_DK_COL(wg) / 64 * BM * ROWB);
+  const uint32_t vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
+  wg_fence_acc(dv, dvn / 8);
+  wg_fence_acc(dk, dkn / 8);
+  wg_fence();
+  dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, dqc / 64, 0, dqn);
+  wg_commit();
+  wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
+  wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
+  wg_commit();
+  wg_wait1(); /* the dQ group only */
+  wg_fence_acc(dqa, dqn / 8);
+  mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
+  ws_stage_dq(base + OFF_DQ + dqc / 64 * SM_DQ, dqa, wq, g, t, dqn);
+  fence_proxy_async(); /* for the copy engine's reads */
+  mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
+  wg_wait0(); /* dV / dK: the stage's Q and dO read */
+  wg_fence_acc(dv, dvn / 8);
+  wg_fence_acc(dk, dkn / 8);
+  mbar_arrive(ws_bar(base, BAR_EMPTY + s));
+}
+
+/* The d split's steps and dK / dV: both warpgroups on the block's 64 keys,
+ * 32 of the step's queries each for S^T / dP^T (no product twice); P^T and
+ * dS^T meet in shared tiles (two of each, alternating by step, so a step's
+ * stores never meet the other warpgroup's reads of the last). dkn, dvn,
+ * dqn: the split table's widths of wg, literals, so that the accumulators
+ * past them are never live. */
+__device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                                 uint32_t base, const float *s_lse,
+                                                 const float *s_dd, int wg, int ctid,
+                                                 const int feat, const int dkn, const int dvn,
+                                                 const int dqn) {
+  const sdpa_problem *p = &prm->p;
+  const int lane = ctid & 31, wq = (ctid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int b = blockIdx.z, n0 = kf->n0, sq = kf->sq, sk = kf->sk, off = kf->off;
+  const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
+  const int j_lo = n0 + wq * 16, qc = wg * 32; /* this warp's 16 keys, the warpgroup's queries */
+  float dk[DTW][4], dv[DTW][4];
+  bwd_zero_acc(dk, DTW);
+  bwd_zero_acc(dv, DTW);
+  if (kf->n_it > 0) mbar_wait(ws_bar(base, BAR_KV_FULL), 0);
+  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+#pragma unroll 1
+  for (int it = 0; it < kf->n_it; ++it) {
+    const int s = it % STAGES, m0 = mb * BM, q0 = m0 + qc;
+    const uint32_t s_q = base + OFF_Q + s * TILE, s_do = base + OFF_DO + s * TILE;
+    const uint32_t s_s = base + OFF_S + (it & 1) * SM_S, s_p = base + OFF_P + (it & 1) * SM_S;
+    const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
+                     (int64_t)n0 + BN - 1 - m0 <= whi;
+    mbar_wait(ws_bar(base, BAR_FULL + s), (it / STAGES) & 1);
+    float sp[4][4], ss[4][4];
+    wg_fence();
+    wg_rows_by_queries(sp, opaque_u32(base + OFF_V), s_do + qc * ROWB, 32, KSV);
+    wg_rows_by_queries(ss, opaque_u32(base + OFF_K), s_q + qc * ROWB, 32, KS);
+    wg_commit();
+    const uint32_t keep =
+        feat && prm->has_dropout ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane) : 0u;
+    wg_wait0();
+    wg_fence_acc(sp, 4);
+    wg_fence_acc(ss, 4);
+    bwd_p_ds_forms(ss, sp, 4, prm, s_lse + s * BM + qc, s_dd + s * BM + qc, b, hh, j_lo, q0, lane,
+                   sq, sk, off, keep, feat, full, 1);
+    uint32_t pa[2][4], da[2][4];
+    pack_frags(pa, ss, 32);
+    pack_frags(da, sp, 32);
+    store_ds(s_p, pa, wq, qc, g, t, 32);
+    store_ds(s_s, da, wq, qc, g, t, 32);
+    fence_proxy_async(); /* the P^T / dS^T stores, for the products' reads */
+    bar_sync_named(BAR_DS, CONSUMERS);
+    ws_split_products(dk, dv, base, s_s, s_p, s_q, s_do, wg, wq, g, t, it, s, dkn, dvn, dqn);
+    ws_next_step(kf, &hh, &mb);
+  }
+  /* dK (times scale) and dV of this warp's keys, the warpgroup's columns; rows
+     past seqused_k are 0 */
+  const int fk = (int)sdpa_seq_full_len_k(p, b);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf)
+    bwd_store_kv_row(prm, b, blockIdx.y, n0 + wq * 16 + g + hf * 8, fk, dk, dv, dkn / 8,
+                     SPLIT_DK_COL(wg), dvn / 8, split_dv_col(wg), hf, t);
 }
 
 /* ---- main ------------------------------------------------------------------------- */
@@ -351,6 +489,18 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     /* the warpgroup as a warp-uniform value: the descriptors derived from it stay
        in uniform registers */
     const int ctid = tid - PRODUCERS, wg = __shfl_sync(0xffffffffu, ctid >> 7, 0);
+    if (SPLIT) {
+      /* each warpgroup's path with its widths as literals (warpgroup 1's
+         first, as in bwd_sm90_body.cuh) */
+      enum { W1 = HDV == 192 };
+      if (wg == W1)
+        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, feat, SPLIT_DK_N(W1),
+                         SPLIT_DV_N(W1), SPLIT_DQ_N(W1));
+      else
+        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, feat, SPLIT_DK_N(1 - W1),
+                         SPLIT_DV_N(1 - W1), SPLIT_DQ_N(1 - W1));
+      return;
+    }
     const int g = (ctid & 31) >> 2, t = ctid & 3;
     const int kw = wg * 4 + ((ctid >> 5) & 3);
     float dk[DTW][4], dv[DTW][4];
@@ -374,7 +524,12 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
 #include "cuda/bwd/bwd_launch.cuh"
 
 #undef SDPA_WG
+#undef SPLIT_DK_N
+#undef SPLIT_DV_N
+#undef SPLIT_DQ_N
+#undef SPLIT_DK_COL
 #undef SDPA_HDW
+#undef SDPA_DV
 #undef SDPA_REG_P
 #undef SDPA_REG_C
 #undef TILE_SWZ
