@@ -208,18 +208,7 @@ __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float
                                                const int dvn, const int dqn) {
   float dqa[DQT][4];
   const int dqc = split_dq_col(wg);
-  const uint32_t kcol = (uint32_t)(SPLIT_DK_COL(wg) / 64 * BM * ROWB);
-  const uint32_t vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
-  wg_fence_acc(dv, dvn / 8);
-  wg_fence_acc(dk, dkn / 8);
-  wg_fence();
-  if (!det) {
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, dqc / 64, 0, dqn);
-    wg_commit();
-  }
-  wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
-  wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
-  wg_commit();
+  split_issue(dqa, dk, dv, s_s, s_p, s_k, s_q, s_do, !det, wg, dkn, dvn, dqn);
   if (det) {
     wg_wait0();
   } else {
