@@ -49,7 +49,8 @@ static void build_table(void) {
   ntab = 0;
 
   /* ---- the --small set (CUDA): one problem per head-dim bucket and dtype;
-   * deterministic at d 64, 192 and 256 (the dQ kernels); empty problems */
+   * deterministic at d 64, 192 (tile counters) and 256 (the dQ kernels);
+   * empty problems */
   {
     const int64_t dims[7] = {32, 64, 96, 128, 192, 256, 160};
     for (int di = 0; di < 7; ++di)
@@ -66,7 +67,7 @@ static void build_table(void) {
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1);
     ADD(.name = "small_mla_det", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 2,
         .sq = 90, .sk = 70, .d = 192, .dv = 128, .rows16 = 1, .det = 1);
-    /* the older d split rows, which the warp-specialized ones now precede */
+    /* bwd_sm90_*_hd192 and _hd192_dv128 forced (bwd_sm90_ws_* take d 129-192 first) */
     ADD(.name = "small_sm90_d192_older", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4,
         .hk = 2, .sq = 90, .sk = 70, .d = 192, .rows16 = 1, .det = 1,
         .kernel = "bwd_sm90_bf16_hd192");

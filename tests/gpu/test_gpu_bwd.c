@@ -137,6 +137,14 @@ static void call_bias_row(const bwd_tcase *c, sdpa_bwd_desc *dev) {
 static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b) {
   gpu_twins w;
   sdpa_bwd_desc dev = gpu_twins_bwd(&w, b, host);
+  if (c->kernel && strncmp(c->kernel, "bwd_sm90_", 9) == 0) {
+    /* a Hopper row forced: only on sm_90 in a build that has it */
+    char buf[8192];
+    if (!gpu_sm90_lists(c->name, sdpa_explain_bwd(&dev, buf, sizeof buf), buf, c->kernel)) {
+      gpu_twins_free(&w);
+      return 0;
+    }
+  }
   if (c->kernel) dev.attn.kernel = c->kernel;
   int ok = 0;
   if (c->kind == BWD_REFUSE) {

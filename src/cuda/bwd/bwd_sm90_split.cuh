@@ -1,9 +1,11 @@
 /*
- * bwd_sm90_split.cuh - the d split's column table, for the Hopper backward
- * bodies whose two warpgroups share 64 keys (block_n 64: bwd_sm90_body.cuh
- * at d 192 / 256, bwd_sm90_ws_body.cuh at d 192). A body includes it after
- * HD and HDV (d_v's columns multiplied: 128 in a _dv128 row), and #undef's
- * the SPLIT_* macros at its end.
+ * bwd_sm90_split.cuh - the d split's column table and the issue of a step's
+ * products, for the Hopper backward bodies whose two warpgroups share 64
+ * keys (block_n 64: bwd_sm90_body.cuh at d 192 / 256, bwd_sm90_ws_body.cuh
+ * at d 192). A body includes it after bwd_sm90_tiles.cuh (dq_issue,
+ * wg_keys_by_cols_ss, opaque_u32), BM, ROWB, HD and HDV (d_v's columns
+ * multiplied: 128 in a _dv128 row), and #undef's the SPLIT_* macros at its
+ * end.
  *
  * Warpgroup wg's dK, dV and dQ widths (64 or 128) and first columns. The
  * widths are macros so that a literal wg gives the products literal widths

@@ -481,8 +481,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
        in uniform registers */
     const int ctid = tid - PRODUCERS, wg = __shfl_sync(0xffffffffu, ctid >> 7, 0);
     if (SPLIT) {
-      /* each warpgroup's path with its widths as literals (warpgroup 1's
-         first, as in bwd_sm90_body.cuh) */
+      /* each warpgroup's path with its widths as literals, in the branch
+         order bwd_sm90_body.cuh found ptxas allocates best (W1's first) */
       enum { W1 = HDV == 192 };
       if (wg == W1)
         ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, feat, SPLIT_DK_N(W1),
