@@ -138,9 +138,11 @@ static int cuda_bwd(const bwd_tcase *c, const sdpa_bwd_desc *host, case_bufs *b)
   gpu_twins w;
   sdpa_bwd_desc dev = gpu_twins_bwd(&w, b, host);
   if (c->kernel && strncmp(c->kernel, "bwd_sm90_", 9) == 0) {
-    /* a Hopper row forced: only on sm_90 in a build that has it */
-    char buf[8192];
+    /* a Hopper row forced: only on sm_90 in a build that has it (the whole
+       registry's explanation: the row may come late in it) */
+    static char buf[1 << 16];
     if (!gpu_sm90_lists(c->name, sdpa_explain_bwd(&dev, buf, sizeof buf), buf, c->kernel)) {
+      printf("skip %s: %s is not on this device or in this build\n", c->name, c->kernel);
       gpu_twins_free(&w);
       return 0;
     }
