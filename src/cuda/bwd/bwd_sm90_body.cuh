@@ -332,17 +332,8 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         const uint32_t keep = feat && prm->has_dropout
                                   ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane)
                                   : 0u;
-        wg_wait0();
-        wg_fence_acc(sp, 4);
-        wg_fence_acc(ss, 4);
-        bwd_p_ds_forms(ss, sp, 4, prm, s_lse + cur * BM + qc, s_dd + cur * BM + qc, b, hh, j_lo,
-                       q0, lane, sq, sk, off, keep, feat, full, 1);
-        uint32_t pa[2][4], da[2][4];
-        pack_frags(pa, ss, 32);
-        pack_frags(da, sp, 32);
-        store_ds(s_p, pa, kw, qc, g, t, 32);
-        store_ds(s_s, da, kw, qc, g, t, 32);
-        fence_proxy_async(); /* P^T / dS^T stores, for the products' reads */
+        split_exchange(ss, sp, prm, s_lse + cur * BM + qc, s_dd + cur * BM + qc, b, hh, j_lo, q0,
+                       qc, kw, lane, g, t, sq, sk, off, keep, feat, full, s_p, s_s);
         __syncthreads();
         /* d = 192: each warpgroup's path with its widths as literals;
            the branch order is ptxas's: the other one serialized the wgmma

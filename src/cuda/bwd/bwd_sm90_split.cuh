@@ -1,9 +1,9 @@
 /*
- * bwd_sm90_split.cuh - the d split's column table and the issue of a step's
- * products, for the Hopper backward bodies whose two warpgroups share 64
+ * bwd_sm90_split.cuh - the d split's column table, the middle of a step (P^T
+ * and dS^T into shared tiles) and the issue of its products, for the Hopper backward bodies whose two warpgroups share 64
  * keys (block_n 64: bwd_sm90_body.cuh at d 192 / 256, bwd_sm90_ws_body.cuh
  * at d 192). A body includes it after bwd_sm90_tiles.cuh (dq_issue,
- * wg_keys_by_cols_ss, opaque_u32), BM, ROWB, HD and HDV (d_v's columns
+ * wg_keys_by_cols_ss, store_ds, opaque_u32), bwd_scores.cuh, BM, ROWB, HD and HDV (d_v's columns
  * multiplied: 128 in a _dv128 row), and #undef's the SPLIT_* macros at its
  * end.
  *
@@ -49,6 +49,31 @@ __device__ __forceinline__ void split_issue(float (*dqa)[4], float (*dk)[4], flo
   wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
   wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
   wg_commit();
+}
+
+/* A step's middle for warpgroup wg's 32 queries (from q0, column qc of the
+ * step's tiles; lse_t / dd_t their lse2 / D rows; keep their dropout bits,
+ * made while the products ran) once its S^T / dP^T (ss, sp) are issued: P
+ * and dS (bwd_scores.cuh; feat a literal), and P^T / dS^T into the shared
+ * tiles at s_p / s_s, fenced for the products' reads. The caller then meets
+ * the other warpgroup. */
+__device__ __forceinline__ void split_exchange(float (*ss)[4], float (*sp)[4],
+                                               const sdpa_bwd_params *prm, const float *lse_t,
+                                               const float *dd_t, int b, int hh, int j_lo, int q0,
+                                               int qc, int kw, int lane, int g, int t, int sq,
+                                               int sk, int off, uint32_t keep, const int feat,
+                                               int full, uint32_t s_p, uint32_t s_s) {
+  wg_wait0();
+  wg_fence_acc(sp, 4);
+  wg_fence_acc(ss, 4);
+  bwd_p_ds_forms(ss, sp, 4, prm, lse_t, dd_t, b, hh, j_lo, q0, lane, sq, sk, off, keep, feat,
+                 full, 1);
+  uint32_t pa[2][4], da[2][4];
+  pack_frags(pa, ss, 32);
+  pack_frags(da, sp, 32);
+  store_ds(s_p, pa, kw, qc, g, t, 32);
+  store_ds(s_s, da, kw, qc, g, t, 32);
+  fence_proxy_async();
 }
 
 #endif /* SDPA_BWD_SM90_SPLIT_CUH */

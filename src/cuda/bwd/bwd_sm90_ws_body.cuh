@@ -411,17 +411,8 @@ __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, con
     wg_commit();
     const uint32_t keep =
         feat && prm->has_dropout ? bwd_keep_bits(p, (uint32_t)(b * p->h + hh), q0, j_lo, lane) : 0u;
-    wg_wait0();
-    wg_fence_acc(sp, 4);
-    wg_fence_acc(ss, 4);
-    bwd_p_ds_forms(ss, sp, 4, prm, s_lse + s * BM + qc, s_dd + s * BM + qc, b, hh, j_lo, q0, lane,
-                   sq, sk, off, keep, feat, full, 1);
-    uint32_t pa[2][4], da[2][4];
-    pack_frags(pa, ss, 32);
-    pack_frags(da, sp, 32);
-    store_ds(s_p, pa, wq, qc, g, t, 32);
-    store_ds(s_s, da, wq, qc, g, t, 32);
-    fence_proxy_async(); /* the P^T / dS^T stores, for the products' reads */
+    split_exchange(ss, sp, prm, s_lse + s * BM + qc, s_dd + s * BM + qc, b, hh, j_lo, q0, qc, wq,
+                   lane, g, t, sq, sk, off, keep, feat, full, s_p, s_s);
     bar_sync_named(BAR_DS, CONSUMERS);
     ws_split_products(dk, dv, base, s_s, s_p, s_q, s_do, wg, wq, g, t, it, s, dkn, dvn, dqn);
     ws_next_step(kf, &hh, &mb);
