@@ -232,14 +232,18 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
     if (lane == 0) {
       const int live = m0 < kf->sq;
+      /* the step's tiles: consecutive column blocks of one row tile; det: this
+         block's turn at each of them */
+      const int64_t dt0 =
+          bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, DQ_BY_ROWS ? 0 : first, HD);
+      const int turn =
+          det ? (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) - kf->n0 / BN)
+              : 0;
 #pragma unroll 1
       for (int k = 0; k < ntiles; ++k) {
-        const int cb = DQ_BY_ROWS ? 0 : first + k;
-        const int64_t dt = bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, cb, HD);
+        const int64_t dt = dt0 + k;
         int *sem = det ? bwd_dq_sem(prm, dt) : NULL;
-        if (det && live)
-          sem_wait_eq(sem, (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) -
-                                 kf->n0 / BN));
+        if (det && live) sem_wait_eq(sem, turn);
         if (live)
           bulk_reduce_add_f32(bwd_dq_tile(prm, dt), base + OFF_DQ + (first + k) * SM_DQ, SM_DQ);
         if (det) {
