@@ -46,10 +46,11 @@ static void visitors(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr
 }
 
 int main(void) {
-  const int geo[][2] = {{64, 128}, {128, 128}}; /* (bm, bn): the d 128 and d 64 rows */
+  /* (bm, bn): the d 128, d 64 and d 192 (the d split) rows */
+  const int geo[][2] = {{64, 128}, {128, 128}, {64, 64}};
   const int64_t unb = (int64_t)1 << 30;         /* sdpa_window_clamp's unbounded */
   const int64_t wins[][2] = {{unb, unb}, {unb, 0}, {90, 30}, {100, 0}, {0, 0}, {5, 300}};
-  for (int g = 0; g < 2; ++g)
+  for (int g = 0; g < 3; ++g)
     for (int64_t sq = 1; sq <= 420; sq += 37)
       for (int64_t sk = 1; sk <= 700; sk += 53)
         for (int w = 0; w < 6; ++w)
