@@ -26,6 +26,10 @@
 
 #include "problem.h"
 
+#if defined(SDPA_BWD_QDO_TMA) && SDPA_BWD_QDO_TMA
+#include <cuda.h> /* CUtensorMap */
+#endif
+
 typedef struct sdpa_bwd_params {
   sdpa_problem p;
   float *dq_acc, *dsum, *lse2;
@@ -43,6 +47,14 @@ typedef struct sdpa_bwd_params {
   int has_softcap, has_alibi, has_dropout, has_dbias; /* (a bias selects the bias kernels) */
   int bias_aligned;    /* bias base and strides 16-byte aligned: tiles by cp.async */
   int dbias_aligned;   /* the same for dbias: rows out by 16-byte stores */
+#if defined(SDPA_BWD_QDO_TMA) && SDPA_BWD_QDO_TMA
+  /* (a body that copies Q and dO by the copy engine, defining SDPA_BWD_QDO_TMA
+     before this file) qdo_tma 1: a dense problem whose q and dout map, else
+     cp.async. Only there: the maps' alignment changes the struct, and ptxas
+     then allocated the older d = 192 rows worse */
+  int qdo_tma;
+  CUtensorMap tq, tdo;
+#endif
 } sdpa_bwd_params;
 
 typedef struct bwd_ws_layout {

@@ -34,6 +34,10 @@
 #ifndef SDPA_BWD_DQ_KERNEL
 #define SDPA_BWD_DQ_KERNEL 0
 #endif
+#ifndef SDPA_BWD_QDO_TMA /* 1 (set before bwd_common.cuh): Q and dO by the copy engine where
+                             they map (prm.qdo_tma, prm.tq, prm.tdo) */
+#define SDPA_BWD_QDO_TMA 0
+#endif
 #ifndef SDPA_BWD_DQ_TILED /* 1: the dQ accumulator is tiled (bwd_dq_tiled_at; one slice),
                               deterministic by a counter a tile (bwd_dq_sem) */
 #define SDPA_BWD_DQ_TILED 0
@@ -292,6 +296,12 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
                      (p->bias_sb | p->bias_sh | p->bias_sq) % 8 == 0;
   prm.dbias_aligned = p->dbias && ((uintptr_t)p->dbias & 15u) == 0 &&
                       (p->dbias_sb | p->dbias_sh | p->dbias_sq) % 8 == 0;
+#if SDPA_BWD_QDO_TMA /* dense only: a varlen tile's rows past its sequence must read as 0 */
+  prm.qdo_tma = p->layout != SDPA_LAYOUT_VARLEN &&
+                sdpa_tma_map_bshd(&prm.tq, p->q, p->dtype, p->d, p->s_q, p->h, p->b, p->q_st, BM) &&
+                sdpa_tma_map_bshd(&prm.tdo, p->dout, p->dtype, p->d_v, p->s_q, p->h, p->b,
+                                  p->do_st, BM);
+#endif
 
   for (int k = 0; k < NKERNELS; ++k)
     SDPA_TRY(sdpa_cuda_opt_in_smem((const void *)SDPA_BWD_KERNELS[k], (int)SMEM_BYTES, smem_set[k],
@@ -338,4 +348,5 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
 #undef SDPA_BWD_DQ_KERNEL
 #undef SDPA_BWD_DV_MAX
 #undef SDPA_BWD_DQ_TILED
+#undef SDPA_BWD_QDO_TMA
 #include "cuda/row_undef.cuh"

@@ -21,8 +21,11 @@
  * by role (docs/design.md §6, "Warp-specialized backward"):
  *   loaders    producer warps 0, 1 copy K and V once, then each step's Q
  *              and dO tiles and its lse2 / D rows into a ring of STAGES
- *              stages by cp.async; a stage's copies complete, are fenced
- *              for the tensor cores, and its full barrier is arrived on.
+ *              stages: the tiles by cp.async (completed and fenced for the
+ *              tensor cores) or, in the d split, by the copy engine where
+ *              they map (prm->qdo_tma: a dense problem, whose rows past s_q
+ *              read as zeros); the rows by loads; then the stage's full
+ *              barrier is arrived on.
  *   consumers  warpgroups 1 and 2, 64 keys each: per step S^T = K Q^T and
  *              dP^T = V dO^T (both operands shared), P and dS in registers
  *              (bwd_scores.cuh), dV += P^T dO and dK += dS^T Q with P^T
@@ -55,6 +58,13 @@
 
 #include <cuda_runtime.h>
 
+/* The d split's Q and dO by the copy engine where they map (its loaders, 32
+ * lanes for a row's 24 chunks, could not keep up): before bwd_common.cuh,
+ * whose params then hold the maps (bwd_launch.cuh makes them). */
+#if SDPA_BLOCK_N == 64
+#define SDPA_BWD_QDO_TMA 1
+#endif
+
 #include "error.h"
 #include "problem.h"
 #include "registry.h"
@@ -67,6 +77,7 @@
 #include "cuda/ptx/ptx_sem.cuh"
 #include "cuda/ptx/ptx_tma.cuh"      /* mbarriers, fence_proxy_async, setmaxnreg */
 #include "cuda/ptx/ptx_wgmma.cuh"
+#include "cuda/tma_map.h"
 
 #include "cuda/bwd/bwd_names.cuh"
 #include "cuda/bwd/bwd_elem16.cuh"
@@ -108,6 +119,7 @@ enum {
   DQT = (SPLIT ? 128 : DQN) / 8,
   DQ_BY_ROWS = BM == 128,
   NDQ = SPLIT ? HD / 64 : 2, /* staged dQ tiles */
+  NCB_DO = (HDV + 63) / 64,  /* dO's column blocks the products read */
   ROWB = 128,
   TILE = BM * HD * 2,    /* a Q or dO tile */
   TILE_KV = BN * HD * 2, /* a K or V tile */
@@ -172,6 +184,19 @@ __device__ __forceinline__ void ws_next_step(const bwd_kframe *kf, int *hh, int 
 }
 
 /* ---- producer warps 0, 1: K / V once, Q / dO / lse2 / D a step ------------------------- */
+/* K and V by cp.async (their group committed, not waited on). */
+__device__ __forceinline__ void ws_load_kv(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                           uint32_t base, int tid) {
+  const sdpa_problem *p = &prm->p;
+  const int hk = blockIdx.y, b = blockIdx.z;
+  load_tile(base + OFF_K, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, kf->n0, hk),
+            p->k_st.ss, BN, kf->sk - kf->n0, (int)p->d, tid, p->k);
+  load_tile(base + OFF_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, kf->n0, hk),
+            p->v_st.ss, BN, kf->sk - kf->n0, (int)p->d_v, tid, p->v);
+  cp_async_commit();
+}
+
+/* Q and dO by cp.async. */
 __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                            uint32_t base, float *s_lse, float *s_dd, int tid) {
   const sdpa_problem *p = &prm->p;
@@ -179,11 +204,7 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
   const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
   const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
   const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
-  load_tile(base + OFF_K, (const uint16_t *)p->k + sdpa_kv_offset_seq(p, p->k_st, b, kf->n0, hk),
-            p->k_st.ss, BN, kf->sk - kf->n0, d, tid, p->k);
-  load_tile(base + OFF_V, (const uint16_t *)p->v + sdpa_kv_offset_seq(p, p->v_st, b, kf->n0, hk),
-            p->v_st.ss, BN, kf->sk - kf->n0, dv, tid, p->v);
-  cp_async_commit(); /* K and V: released below, once step 0's copies are out too */
+  ws_load_kv(prm, kf, base, tid); /* released below, once step 0's copies are out too */
   int hh = hk * prm->h_per_hk, mb = kf->m_lo;
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
@@ -208,6 +229,45 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     ws_next_step(kf, &hh, &mb);
   }
 }
+
+#if SDPA_BWD_QDO_TMA
+/* Q and dO by the copy engine (prm->qdo_tma: a dense problem; the tiles' rows
+ * and columns past s_q, d, d_v read as zeros), thread 0 issuing; each loader
+ * arrives once its lse2 / D rows are stored. */
+__device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                               uint32_t base, float *s_lse, float *s_dd,
+                                               int tid) {
+  const int hk = blockIdx.y, b = blockIdx.z;
+  ws_load_kv(prm, kf, base, tid);
+  int hh = hk * prm->h_per_hk, mb = kf->m_lo;
+#pragma unroll 1
+  for (int it = 0; it < kf->n_it; ++it) {
+    const int s = it % STAGES, m0 = mb * BM;
+    const uint32_t full = ws_bar(base, BAR_FULL + s);
+    mbar_wait(ws_bar(base, BAR_EMPTY + s), ((it / STAGES) & 1) ^ 1);
+    if (tid == 0) {
+      mbar_expect_tx_only(full, (HD / 64 + NCB_DO) * BM * ROWB);
+#pragma unroll
+      for (int cb = 0; cb < HD / 64; ++cb)
+        tma_load_4d(base + OFF_Q + s * TILE + cb * BM * ROWB, &prm->tq, cb * 64, m0, hh, b, full);
+#pragma unroll
+      for (int cb = 0; cb < NCB_DO; ++cb)
+        tma_load_4d(base + OFF_DO + s * TILE + cb * BM * ROWB, &prm->tdo, cb * 64, m0, hh, b,
+                    full);
+    }
+#pragma unroll
+    for (int i = tid; i < BM; i += LOADERS)
+      bwd_row_stats(prm, kf->q_start, hh, m0 + i, kf->sq, &s_lse[s * BM + i], &s_dd[s * BM + i]);
+    if (it == 0) {
+      cp_async_wait_all(); /* K and V landed (their group the only one) */
+      fence_proxy_async(); /* for the tensor cores, once the barrier passes */
+      mbar_arrive(ws_bar(base, BAR_KV_FULL));
+    }
+    mbar_arrive(full);
+    ws_next_step(kf, &hh, &mb);
+  }
+}
+#endif
 
 /* ---- producer warps 2, 3: consumer w's dQ tiles into the accumulator ------------------ */
 /* Consumer w's staged tiles a step: how many, and the first (its index
@@ -466,6 +526,11 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
   if (tid < PRODUCERS) {
     SDPA_SETMAXNREG_DEC(SDPA_REG_P);
     if (kf.n_it == 0) return;
+#if SDPA_BWD_QDO_TMA
+    if (tid < LOADERS && prm->qdo_tma)
+      ws_produce_tma(prm, &kf, base, s_lse, s_dd, tid);
+    else
+#endif
     if (tid < LOADERS)
       ws_produce(prm, &kf, base, s_lse, s_dd, tid);
     else
