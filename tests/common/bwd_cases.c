@@ -376,6 +376,9 @@ static void build_table(void) {
   H(.name = "sm90ws_d160_dv100_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
     .sk = 300, .d = 160, .dv = 100, .softcap = 3.f, .dropout = 0.17f,
     .row = "bwd_sm90_ws_bf16_hd192_dv128");
+  /* dO's second column block wholly past d_v (the copy engine's boxes read zeros) */
+  H(.name = "sm90ws_d192_dv64_gqa", .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 150, .sk = 200,
+    .d = 192, .dv = 64, .causal = 1, .row = "bwd_sm90_ws_f16_hd192_dv128");
   H(.name = "sm90ws_mla_det_softcap_alibi", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 200,
     .sk = 330, .d = 192, .dv = 128, .causal = 1, .softcap = 3.f, .alibi = 1, .det = 5,
     .row = "bwd_sm90_ws_bf16_hd192_dv128");

@@ -28,6 +28,7 @@
  * bwd_dq_sem; pre zeroes the counters).
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cuda/bwd/dbias_sum.h"
 
@@ -297,6 +298,8 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dbias_aligned = p->dbias && ((uintptr_t)p->dbias & 15u) == 0 &&
                       (p->dbias_sb | p->dbias_sh | p->dbias_sq) % 8 == 0;
 #if SDPA_BWD_QDO_TMA /* dense only: a varlen tile's rows past its sequence must read as 0 */
+  memset(&prm.tq, 0, sizeof prm.tq); /* (unread where they do not map; no stale bytes launched) */
+  memset(&prm.tdo, 0, sizeof prm.tdo);
   prm.qdo_tma = p->layout != SDPA_LAYOUT_VARLEN &&
                 sdpa_tma_map_bshd(&prm.tq, p->q, p->dtype, p->d, p->s_q, p->h, p->b, p->q_st, BM) &&
                 sdpa_tma_map_bshd(&prm.tdo, p->dout, p->dtype, p->d_v, p->s_q, p->h, p->b,
