@@ -58,12 +58,9 @@
 
 #include <cuda_runtime.h>
 
-/* The d split's Q and dO by the copy engine where they map (its loaders, 32
- * lanes for a row's 24 chunks, could not keep up): before bwd_common.cuh,
- * whose params then hold the maps (bwd_launch.cuh makes them). */
-#if SDPA_BLOCK_N == 64
+/* Q and dO by the copy engine where they map: before bwd_common.cuh, whose
+ * params then hold the maps (bwd_launch.cuh makes them). */
 #define SDPA_BWD_QDO_TMA 1
-#endif
 
 #include "error.h"
 #include "problem.h"
