@@ -21,10 +21,10 @@
  * by role (docs/design.md §6, "Warp-specialized backward"):
  *   loaders    producer warps 0, 1 copy K and V once, then each step's Q
  *              and dO tiles and its lse2 / D rows into a ring of STAGES
- *              stages: the tiles by cp.async (completed and fenced for the
- *              tensor cores) or, in the d split, by the copy engine where
- *              they map (prm->qdo_tma: a dense problem, whose rows past s_q
- *              read as zeros); the rows by loads; then the stage's full
+ *              stages: the tiles by the copy engine where they map
+ *              (prm->qdo_tma: a dense problem, whose rows past s_q read as
+ *              zeros), else by cp.async (completed and fenced for the
+ *              tensor cores); the rows by loads; then the stage's full
  *              barrier is arrived on.
  *   consumers  warpgroups 1 and 2, 64 keys each: per step S^T = K Q^T and
  *              dP^T = V dO^T (both operands shared), P and dS in registers
