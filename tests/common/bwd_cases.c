@@ -49,8 +49,8 @@ static void build_table(void) {
   ntab = 0;
 
   /* ---- the --small set (CUDA): one problem per head-dim bucket and dtype;
-   * deterministic at d 64, 192 (tile counters) and 256 (the dQ kernels);
-   * empty problems */
+   * deterministic at d 64, 192 and 256 (tile counters), and on the older
+   * d 256 row forced (the dQ kernels); empty problems */
   {
     const int64_t dims[7] = {32, 64, 96, 128, 192, 256, 160};
     for (int di = 0; di < 7; ++di)
@@ -71,6 +71,11 @@ static void build_table(void) {
     ADD(.name = "small_sm90_d192_older", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1, .h = 4,
         .hk = 2, .sq = 90, .sk = 70, .d = 192, .rows16 = 1, .det = 1,
         .kernel = "bwd_sm90_bf16_hd192");
+    ADD(.name = "small_sm90_d256_older", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4,
+        .hk = 2, .sq = 90, .sk = 70, .d = 256, .rows16 = 1, .causal = 1, .det = 1,
+        .kernel = "bwd_sm90_f16_hd256");
+    ADD(.name = "small_sm90ws_d256_dropout", .on = ON_CUDA, .small = 1, .dt = BF16, .b = 1,
+        .h = 4, .hk = 2, .sq = 150, .sk = 140, .d = 256, .rows16 = 1, .dropout = 0.17f);
     ADD(.name = "small_mla_older", .on = ON_CUDA, .small = 1, .dt = F16, .b = 1, .h = 4, .hk = 1,
         .sq = 70, .sk = 90, .d = 192, .dv = 128, .rows16 = 1, .causal = 1,
         .kernel = "bwd_sm90_f16_hd192_dv128");
@@ -259,7 +264,7 @@ static void build_table(void) {
   H(.name = "sm90_d128_dropout_det", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 300,
     .d = 128, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d200_softcap_alibi", .dt = F16, .b = 1, .h = 2, .hk = 1, .sq = 150, .sk = 170,
-    .d = 200, .causal = 1, .softcap = 3.f, .alibi = 2, .row = "bwd_sm90_f16_hd256");
+    .d = 200, .causal = 1, .softcap = 3.f, .alibi = 2, .kernel = "bwd_sm90_f16_hd256");
   H(.name = "sm90_d256_dropout_det", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 190, .sk = 200,
     .d = 256, .dropout = 0.17f, .det = 5);
   H(.name = "sm90_d64_varlen_seqused_gqa4", .dt = F16, .b = 4, .h = 8, .hk = 2, .sq = 150,
@@ -287,7 +292,7 @@ static void build_table(void) {
   H(.name = "sm90_d64_det_window_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 600, .sk = 700,
     .d = 64, .window = 1, .wl = 150, .wr = 30, .det = 5);
   H(.name = "sm90_d256_det_dqkernel_dropout", .dt = BF16, .b = 1, .h = 2, .hk = 1, .sq = 130,
-    .sk = 1100, .d = 256, .dropout = 0.17f, .det = 5);
+    .sk = 1100, .d = 256, .dropout = 0.17f, .det = 5, .kernel = "bwd_sm90_bf16_hd256");
   H(.name = "sm90_d128_det_walk_causal", .dt = F16, .b = 1, .h = 2, .hk = 2, .sq = 100, .sk = 2200,
     .d = 128, .causal = 1, .det = 5);
   /* the same on the older row, forced (the warp-specialized rows take the
@@ -376,6 +381,26 @@ static void build_table(void) {
   H(.name = "sm90ws_d160_dv100_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
     .sk = 300, .d = 160, .dv = 100, .softcap = 3.f, .dropout = 0.17f,
     .row = "bwd_sm90_ws_bf16_hd192_dv128");
+  /* the d split at d 256 (one Q / dO stage): GQA with several key blocks and
+   * query steps, varlen under a window, the score features with dropout, d_v
+   * below d, and the deterministic mode's counters (two dQ tiles a writer) */
+  H(.name = "sm90ws_d256_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 390, .sk = 333,
+    .d = 256, .row = "bwd_sm90_ws_bf16_hd256");
+  H(.name = "sm90ws_d256_causal_gqa4", .dt = F16, .b = 2, .h = 8, .hk = 2, .sq = 260, .sk = 300,
+    .d = 256, .causal = 1, .row = "bwd_sm90_ws_f16_hd256");
+  H(.name = "sm90ws_d224_varlen_window", .dt = BF16, .b = 3, .h = 4, .hk = 2, .sq = 200,
+    .sk = 230, .d = 224, .varlen = 1, .window = 1, .wl = 60, .wr = 10,
+    .row = "bwd_sm90_ws_bf16_hd256");
+  H(.name = "sm90ws_d256_softcap_alibi_dropout", .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 300,
+    .sk = 270, .d = 256, .causal = 1, .softcap = 3.f, .alibi = 2, .dropout = 0.17f,
+    .row = "bwd_sm90_ws_f16_hd256");
+  H(.name = "sm90ws_d240_det_window", .dt = BF16, .b = 1, .h = 4, .hk = 2, .sq = 200, .sk = 700,
+    .d = 240, .window = 1, .wl = 300, .wr = 40, .det = 5, .row = "bwd_sm90_ws_bf16_hd256");
+  H(.name = "sm90ws_d256_det_dropout_tl", .dt = F16, .b = 1, .h = 2, .hk = 1, .sq = 330,
+    .sk = 200, .d = 256, .causal = 1, .top_left = 1, .dropout = 0.17f, .det = 5,
+    .row = "bwd_sm90_ws_f16_hd256");
+  H(.name = "sm90ws_d256_dv200_varlen_causal", .dt = BF16, .b = 3, .h = 4, .hk = 1, .sq = 150,
+    .sk = 170, .d = 256, .dv = 200, .varlen = 1, .causal = 1, .row = "bwd_sm90_ws_bf16_hd256");
   /* dO's second column block wholly past d_v (the copy engine's boxes read zeros) */
   H(.name = "sm90ws_d192_dv64_gqa", .dt = F16, .b = 2, .h = 4, .hk = 2, .sq = 150, .sk = 200,
     .d = 192, .dv = 64, .causal = 1, .row = "bwd_sm90_ws_f16_hd192_dv128");

@@ -4,11 +4,11 @@
  * instance (a SDPA_BWD_SM90_WS row of kernels.def) defines
  *   SDPA_KERNEL_NAME  token, e.g. bwd_sm90_ws_bf16_hd128
  *   SDPA_DTYPE        BF16 or F16
- *   SDPA_HDIM         head-dim bucket: 64, 128 or 192
+ *   SDPA_HDIM         head-dim bucket: 64, 128, 192 or 256
  *   SDPA_BLOCK_M      query rows a step: 128 at d 64, else 64
  *   SDPA_BLOCK_N      keys a block: 128 (64 a consumer warpgroup), or 64
- *                     at d 192 (the d split: both consumers on the same
- *                     keys, each with part of the dK / dV / dQ columns)
+ *                     at d 192 / 256 (the d split: both consumers on the
+ *                     same keys, each with part of the dK / dV / dQ columns)
  *   SDPA_WARPS        12 (a producer warpgroup and two consumers)
  *   SDPA_DV           (a _dv128 row, optional) d_v's columns multiplied
  *                     when below the bucket (MLA's 192 / 128)
@@ -40,11 +40,13 @@
  *              (cp.reduce.async.bulk), the accumulator being tiled to match
  *              (bwd_dq_tile), so the consumers issue no atomics and wait
  *              for none.
- * The d split (d 192, ws_consume_split): both consumers own the block's 64
- * keys; each makes S^T / dP^T for 32 of the step's 64 queries, P^T and dS^T
- * meet in shared tiles, and each multiplies dV, dK and dQ for its columns of
- * bwd_sm90_split.cuh's table (dK / dV 128 + 64, dQ 64 + 128) with the
- * operands from shared memory.
+ * The d split (d 192 / 256, ws_consume_split): both consumers own the
+ * block's 64 keys; each makes S^T / dP^T for 32 of the step's 64 queries,
+ * P^T and dS^T meet in shared tiles, and each multiplies dV, dK and dQ for
+ * its columns of bwd_sm90_split.cuh's table (d 192: dK / dV 128 + 64, dQ
+ * 64 + 128; d 256: 128 of each) with the operands from shared memory. At
+ * d 256 one Q / dO stage fits beside K, V and the four dQ tiles: dV and dK
+ * go first, so the stage is copied into while dQ runs.
  * No block-wide barrier after the start: the roles meet on mbarriers, the
  * consumers on one named barrier a step. The producer warpgroup keeps 56
  * registers a thread (setmaxnreg), the consumers 224.
@@ -103,7 +105,7 @@ enum {
   BN = SDPA_BLOCK_N,
   SPLIT = BN == 64, /* the d split: both consumers on the block's 64 keys */
   NTHREADS = SDPA_WARPS * 32,
-  STAGES = 2,       /* Q / dO / lse2 / D stages */
+  STAGES = HD == 256 ? 1 : 2, /* Q / dO / lse2 / D stages: one fits at d 256 */
   NQ = BM / 8,      /* n8 tiles of S^T / dP^T */
   MS = BM / 16,     /* k16 steps over a step's queries */
   KS = HD / 16,     /* k16 steps over the head dim */
@@ -147,7 +149,7 @@ enum {
   /* tile_load.cuh's geometry, for the 64 loader threads */
   CPR = HD / 8,
   EPC = 8,
-  CPRP = CPR <= 16 ? CPR : 32, /* d = 192: 24 chunks a row in a warp's lanes */
+  CPRP = CPR <= 16 ? CPR : 32, /* d 192 / 256: a row's 24 / 32 chunks in a warp's lanes */
   LOAD_RPP = LOADERS / CPRP,
   LOAD_PLAIN = 0
 };
@@ -156,8 +158,8 @@ enum {
 #define LOAD_ZFILL 1 /* head dims inside the bucket: no split warps */
 static_assert(NTHREADS == PRODUCERS + CONSUMERS, "a producer and two consumer warpgroups");
 static_assert((BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128))) ||
-                  (SPLIT && HD == 192 && BM == 64),
-              "64 keys a consumer; d 128: 64 queries a step, d 64: 128; d 192: the d split");
+                  (SPLIT && (HD == 192 || HD == 256) && BM == 64),
+              "64 keys a consumer; d 128: 64 queries a step, d 64: 128; d 192, 256: the d split");
 static_assert(HDV == HD || (SPLIT && HDV == 128), "a _dv128 row: the d split's");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
 static_assert(OFF_DQ % 256 == 0 && SM_DQ % 256 == 0, "dQ tiles: the staging stores' xor needs bits 5-7 clear");
@@ -412,28 +414,50 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
   }
 }
 
+/* The d split's dQ columns of warpgroup wg, staged for its writer. */
+__device__ __forceinline__ void ws_split_stage_dq(float (*dqa)[4], uint32_t base, int wg, int wq,
+                                                  int g, int t, int it, const int dqn) {
+  wg_fence_acc(dqa, dqn / 8);
+  mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
+  ws_stage_dq(base + OFF_DQ + split_dq_col(wg) / 64 * SM_DQ, dqa, wq, g, t, dqn);
+  fence_proxy_async(); /* for the copy engine's reads */
+  mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
+}
+
+/* dV / dK done: the stage's Q and dO read, the stage free. */
+__device__ __forceinline__ void ws_split_release(float (*dk)[4], float (*dv)[4], uint32_t base,
+                                                 int s, const int dkn, const int dvn) {
+  wg_fence_acc(dv, dvn / 8);
+  wg_fence_acc(dk, dkn / 8);
+  mbar_arrive(ws_bar(base, BAR_EMPTY + s));
+}
+
 /* The d split: one warpgroup's products of a step, after the P^T / dS^T
- * exchange: its dQ columns first, staged for its writer once done, while dV
- * and dK run; the stage is released once they are. dkn, dvn, dqn: the split
- * table's widths of wg, as literals. */
+ * exchange, as two groups. With two stages dQ goes first, staged for its
+ * writer once done while dV and dK run; with one (d 256) dV and dK go first,
+ * so the stage is released while dQ runs. dkn, dvn, dqn: the split table's
+ * widths of wg, as literals. */
 __device__ __forceinline__ void ws_split_products(float (*dk)[4], float (*dv)[4], uint32_t base,
                                                   uint32_t s_s, uint32_t s_p, uint32_t s_q,
                                                   uint32_t s_do, int wg, int wq, int g, int t,
                                                   int it, int s, const int dkn, const int dvn,
                                                   const int dqn) {
   float dqa[DQT][4];
-  const int dqc = split_dq_col(wg);
-  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do, 1, wg, dkn, dvn, dqn);
-  wg_wait1(); /* the dQ group only */
-  wg_fence_acc(dqa, dqn / 8);
-  mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
-  ws_stage_dq(base + OFF_DQ + dqc / 64 * SM_DQ, dqa, wq, g, t, dqn);
-  fence_proxy_async(); /* for the copy engine's reads */
-  mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
-  wg_wait0(); /* dV / dK: the stage's Q and dO read */
-  wg_fence_acc(dv, dvn / 8);
-  wg_fence_acc(dk, dkn / 8);
-  mbar_arrive(ws_bar(base, BAR_EMPTY + s));
+  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do, STAGES > 1, wg, dkn, dvn, dqn);
+  if (STAGES == 1) {
+    dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, split_dq_col(wg) / 64, 0, dqn);
+    wg_commit();
+  }
+  wg_wait1(); /* the first group */
+  if (STAGES == 1)
+    ws_split_release(dk, dv, base, s, dkn, dvn);
+  else
+    ws_split_stage_dq(dqa, base, wg, wq, g, t, it, dqn);
+  wg_wait0();
+  if (STAGES == 1)
+    ws_split_stage_dq(dqa, base, wg, wq, g, t, it, dqn);
+  else
+    ws_split_release(dk, dv, base, s, dkn, dvn);
 }
 
 /* The d split's steps and dK / dV: both warpgroups on the block's 64 keys,
