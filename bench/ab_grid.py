@@ -1,8 +1,9 @@
 """A/B of libsdpa builds over the benchmark's cells, in one process: forward and
-backward (bf16, b*s = 16k, h*d = 2048, causal and not), with a bias and with
-dropout, and decoding from a KV cache (contiguous and paged in pages of 16, as
-CUDA graphs). Each cell's inputs are made once; the builds are timed in turn,
-round after round, and each build's figure is the median of its rounds.
+backward (bf16, b*s = 16k, h*d = 2048, causal and not), with a bias, with
+dropout and (the backward) deterministic, and decoding from a KV cache
+(contiguous and paged in pages of 16, as CUDA graphs). Each cell's inputs are
+made once; the builds are timed in turn, round after round, and each build's
+figure is the median of its rounds.
 
   PYTHONPATH=python:bench python3 bench/ab_grid.py --libs base=path,new=path [--rounds 5]
 
@@ -47,6 +48,8 @@ def attn_case(d, dv, s, causal, op, extra):
     do = torch.randn_like(out)
     if extra == "bias":
         kw["dbias"] = True
+    if extra == "det":
+        kw["deterministic"] = True
     return lambda: sdpa.backward(do, q, k, v, out, lse, **kw)
 
 
@@ -104,7 +107,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256",
                     help="head dims of the attention cells (d, or d/d_v: 192/128)")
     ap.add_argument("--extras", default="plain,dropout,bias",
-                    help="the attention cells' variants: plain, dropout, bias")
+                    help="the attention cells' variants: plain, dropout, bias, det "
+                    "(the backward's deterministic mode)")
     args = ap.parse_args()
     libs = common.parse_libs(args.libs)
     cells = []
@@ -112,10 +116,11 @@ def main():
         seqs = ([int(x) for x in args.seqs.split(",")] if args.seqs
                 else (1024, 4096) if args.quick else (1024, 2048, 4096, 8192))
         for c in attn_cells(seqs, args.dims.split(",")):
-            for extra in ("", "dropout", "bias"):
-                if (extra or "plain") not in args.extras.split(","):
+            for extra in ("", "dropout", "bias", "det"):
+                if ((extra or "plain") not in args.extras.split(",")
+                        or (op, extra) == ("fwd", "det")):
                     continue
-                if extra and (c["d"] == 256 or c["s"] > 4096):
+                if extra in ("dropout", "bias") and (c["d"] == 256 or c["s"] > 4096):
                     continue
                 dname = f"{c['d']}" + (f"/{c['dv']}" if c["dv"] != c["d"] else "")
                 name = f"{op} d{dname} s{c['s']}{' causal' if c['causal'] else ''} {extra}".strip()
