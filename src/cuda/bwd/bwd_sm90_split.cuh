@@ -30,13 +30,14 @@ __device__ __forceinline__ int split_dq_col(int wg) {
 
 /* Issues warpgroup wg's products of a step, after the P^T / dS^T exchange:
  * its dQ columns into dqa (with_dq: a literal) as one group, then dV and dK
- * as another, so the dQ group can be waited on alone. dkn, dvn, dqn: the
- * table's widths of wg, as literals. The caller waits and fences. */
+ * as another (dv_apart, a literal: dV and dK a group each), so the dQ group
+ * can be waited on alone. dkn, dvn, dqn: the table's widths of wg, as
+ * literals. The caller waits and fences. */
 __device__ __forceinline__ void split_issue(float (*dqa)[4], float (*dk)[4], float (*dv)[4],
                                             uint32_t s_s, uint32_t s_p, uint32_t s_k,
                                             uint32_t s_q, uint32_t s_do, const int with_dq,
-                                            int wg, const int dkn, const int dvn,
-                                            const int dqn) {
+                                            const int dv_apart, int wg, const int dkn,
+                                            const int dvn, const int dqn) {
   const uint32_t kcol = (uint32_t)(SPLIT_DK_COL(wg) / 64 * BM * ROWB);
   const uint32_t vcol = (uint32_t)(split_dv_col(wg) / 64 * BM * ROWB);
   wg_fence_acc(dv, dvn / 8);
@@ -47,6 +48,7 @@ __device__ __forceinline__ void split_issue(float (*dqa)[4], float (*dk)[4], flo
     wg_commit();
   }
   wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
+  if (dv_apart) wg_commit();
   wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
   wg_commit();
 }

@@ -141,7 +141,14 @@ enum {
   BAR_KV_FULL = 2 * STAGES,
   BAR_DQ_FULL = 2 * STAGES + 1, /* + consumer */
   BAR_DQ_EMPTY = 2 * STAGES + 3,
-  SMEM_BYTES = OFF_BAR + 8 * (2 * STAGES + 5) + 1024, /* + slack to align the base to 1024 */
+  /* one stage (d 256): dO on barriers of its own (FULL / EMPTY then hold Q
+     and the lse2 / D rows), so each tile is copied again as soon as the
+     product reading it is done */
+  DO_APART = STAGES == 1,
+  BAR_FULL_DO = 2 * STAGES + 5,
+  BAR_EMPTY_DO = 2 * STAGES + 6,
+  NBARS = 2 * STAGES + 5 + 2 * DO_APART,
+  SMEM_BYTES = OFF_BAR + 8 * NBARS + 1024, /* + slack to align the base to 1024 */
   PRODUCERS = 128,
   LOADERS = 64, /* the producer's warps 0, 1; warps 2, 3 add the consumers' dQ tiles */
   CONSUMERS = 256,
@@ -162,6 +169,7 @@ static_assert((BN == 128 && ((HD == 128 && BM == 64) || (HD == 64 && BM == 128))
               "64 keys a consumer; d 128: 64 queries a step, d 64: 128; d 192, 256: the d split");
 static_assert(HDV == HD || (SPLIT && HDV == 128), "a _dv128 row: the d split's");
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory of one block");
+static_assert(STAGES == 2 || SPLIT, "one stage: the d split's products only (ws_split_products)");
 static_assert(OFF_DQ % 256 == 0 && SM_DQ % 256 == 0, "dQ tiles: the staging stores' xor needs bits 5-7 clear");
 /* setmaxnreg.inc waits until the registers are free: a split above what the
  * block holds at launch (NTHREADS x 168 under __launch_bounds__(NTHREADS, 1))
@@ -208,6 +216,7 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM;
+    if (DO_APART) mbar_wait(ws_bar(base, BAR_EMPTY_DO), (it & 1) ^ 1);
     mbar_wait(ws_bar(base, BAR_EMPTY + s), ((it / STAGES) & 1) ^ 1);
     load_tile(base + OFF_Q + s * TILE, q_b + m0 * qss + hh * qsh, qss, BM, kf->sq - m0, d, tid,
               p->q);
@@ -225,14 +234,24 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     cp_async_wait_all();
     fence_proxy_async();
     mbar_arrive(ws_bar(base, BAR_FULL + s));
+    if (DO_APART) mbar_arrive(ws_bar(base, BAR_FULL_DO));
     ws_next_step(kf, &hh, &mb);
   }
 }
 
 #if SDPA_BWD_QDO_TMA
+/* dO's column blocks of a step by the copy engine, completing on bar. */
+__device__ __forceinline__ void ws_tma_do(const sdpa_bwd_params *prm, uint32_t dst, int m0, int hh,
+                                          uint32_t bar) {
+#pragma unroll
+  for (int cb = 0; cb < NCB_DO; ++cb)
+    tma_load_4d(dst + cb * BM * ROWB, &prm->tdo, cb * 64, m0, hh, blockIdx.z, bar);
+}
+
 /* Q and dO by the copy engine (prm->qdo_tma: a dense problem; the tiles' rows
  * and columns past s_q, d, d_v read as zeros), thread 0 issuing; each loader
- * arrives once its lse2 / D rows are stored. */
+ * arrives once its lse2 / D rows are stored. With DO_APART dO first, on its
+ * own barriers. */
 __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                                uint32_t base, float *s_lse, float *s_dd,
                                                int tid) {
@@ -243,16 +262,22 @@ __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM;
     const uint32_t full = ws_bar(base, BAR_FULL + s);
+    if (DO_APART) {
+      const uint32_t full_do = ws_bar(base, BAR_FULL_DO);
+      mbar_wait(ws_bar(base, BAR_EMPTY_DO), (it & 1) ^ 1);
+      if (tid == 0) {
+        mbar_expect_tx_only(full_do, NCB_DO * BM * ROWB);
+        ws_tma_do(prm, base + OFF_DO, m0, hh, full_do);
+      }
+      mbar_arrive(full_do);
+    }
     mbar_wait(ws_bar(base, BAR_EMPTY + s), ((it / STAGES) & 1) ^ 1);
     if (tid == 0) {
-      mbar_expect_tx_only(full, (HD / 64 + NCB_DO) * BM * ROWB);
+      mbar_expect_tx_only(full, (HD / 64 + (DO_APART ? 0 : NCB_DO)) * BM * ROWB);
 #pragma unroll
       for (int cb = 0; cb < HD / 64; ++cb)
         tma_load_4d(base + OFF_Q + s * TILE + cb * BM * ROWB, &prm->tq, cb * 64, m0, hh, b, full);
-#pragma unroll
-      for (int cb = 0; cb < NCB_DO; ++cb)
-        tma_load_4d(base + OFF_DO + s * TILE + cb * BM * ROWB, &prm->tdo, cb * 64, m0, hh, b,
-                    full);
+      if (!DO_APART) ws_tma_do(prm, base + OFF_DO + s * TILE, m0, hh, full);
     }
 #pragma unroll
     for (int i = tid; i < BM; i += LOADERS)
@@ -424,31 +449,39 @@ __device__ __forceinline__ void ws_split_stage_dq(float (*dqa)[4], uint32_t base
   mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
 }
 
-/* dV / dK done: the stage's Q and dO read, the stage free. */
+/* dV / dK done: the stage's Q and dO read, the stage free (with DO_APART
+ * dV's group was waited on, and dO released, before). */
 __device__ __forceinline__ void ws_split_release(float (*dk)[4], float (*dv)[4], uint32_t base,
                                                  int s, const int dkn, const int dvn) {
-  wg_fence_acc(dv, dvn / 8);
+  if (!DO_APART) wg_fence_acc(dv, dvn / 8);
   wg_fence_acc(dk, dkn / 8);
   mbar_arrive(ws_bar(base, BAR_EMPTY + s));
 }
 
 /* The d split: one warpgroup's products of a step, after the P^T / dS^T
- * exchange, as two groups. With two stages dQ goes first, staged for its
- * writer once done while dV and dK run; with one (d 256) dV and dK go first,
- * so the stage is released while dQ runs. dkn, dvn, dqn: the split table's
- * widths of wg, as literals. */
+ * exchange. With two stages dQ goes first, staged for its writer once done
+ * while dV and dK run (two groups); with one (d 256) dV, dK and dQ a group
+ * each, dO released once dV is done and Q once dK is, so each is copied
+ * again while the rest runs. dkn, dvn, dqn: the split table's widths of wg,
+ * as literals. */
 __device__ __forceinline__ void ws_split_products(float (*dk)[4], float (*dv)[4], uint32_t base,
                                                   uint32_t s_s, uint32_t s_p, uint32_t s_q,
                                                   uint32_t s_do, int wg, int wq, int g, int t,
                                                   int it, int s, const int dkn, const int dvn,
                                                   const int dqn) {
   float dqa[DQT][4];
-  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do, STAGES > 1, wg, dkn, dvn, dqn);
+  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do, STAGES > 1, DO_APART, wg, dkn,
+              dvn, dqn);
   if (STAGES == 1) {
     dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, split_dq_col(wg) / 64, 0, dqn);
     wg_commit();
   }
-  wg_wait1(); /* the first group */
+  if (DO_APART) {
+    wg_wait2(); /* dV */
+    wg_fence_acc(dv, dvn / 8);
+    mbar_arrive(ws_bar(base, BAR_EMPTY_DO));
+  }
+  wg_wait1(); /* the first group (with DO_APART: dK) */
   if (STAGES == 1)
     ws_split_release(dk, dv, base, s, dkn, dvn);
   else
@@ -488,10 +521,15 @@ __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, con
     const uint32_t s_s = base + OFF_S + (it & 1) * SM_S, s_p = base + OFF_P + (it & 1) * SM_S;
     const int full = m0 + BM <= sq && n0 + BN <= sk && (int64_t)n0 - (m0 + BM - 1) >= wlo &&
                      (int64_t)n0 + BN - 1 - m0 <= whi;
-    mbar_wait(ws_bar(base, BAR_FULL + s), (it / STAGES) & 1);
+    /* dP^T first: with DO_APART dO is copied before Q */
+    mbar_wait(ws_bar(base, DO_APART ? BAR_FULL_DO : BAR_FULL + s), (it / STAGES) & 1);
     float sp[4][4], ss[4][4];
     wg_fence();
     wg_rows_by_queries(sp, opaque_u32(base + OFF_V), s_do + qc * ROWB, 32, KSV);
+    if (DO_APART) { /* Q's wait loop between the products: fence again for the next */
+      mbar_wait(ws_bar(base, BAR_FULL + s), it & 1);
+      wg_fence();
+    }
     wg_rows_by_queries(ss, opaque_u32(base + OFF_K), s_q + qc * ROWB, 32, KS);
     wg_commit();
     const uint32_t keep =
@@ -535,6 +573,10 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
         mbar_init(ws_bar(base, BAR_EMPTY + s), CONSUMERS);
       }
       mbar_init(ws_bar(base, BAR_KV_FULL), LOADERS);
+      if (DO_APART) {
+        mbar_init(ws_bar(base, BAR_FULL_DO), LOADERS);
+        mbar_init(ws_bar(base, BAR_EMPTY_DO), CONSUMERS);
+      }
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
         mbar_init(ws_bar(base, BAR_DQ_FULL + w), CONSUMERS / 2);

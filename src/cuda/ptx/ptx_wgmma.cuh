@@ -53,6 +53,10 @@ __device__ __forceinline__ void wg_wait0(void) {
 __device__ __forceinline__ void wg_wait1(void) {
   asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
 }
+/* All but the two most recent committed groups complete. */
+__device__ __forceinline__ void wg_wait2(void) {
+  asm volatile("wgmma.wait_group.sync.aligned 2;\n" ::: "memory");
+}
 
 /* Pins n8 column tiles [0, n) of an accumulator in place (no code): reads of
  * them cannot move above, nor writes below, this point. */
