@@ -4,6 +4,8 @@
  *   - bwd_key_block_hi: the key blocks that visit a query block
  *     (bwd_query_blocks) are exactly a run ending there, so the
  *     deterministic tiled dQ can count a block's turn from it;
+ *   - bwd_rot_place: in rotated walks every key block's place at a step is
+ *     its rank in the order the key blocks reach that step's position;
  *   - bwd_dq_tile_row0 / bwd_dq_tiled_rows: in the tiled dQ accumulator
  *     every sequence's tiles lie past the previous sequence's and inside
  *     the accumulator.
@@ -45,7 +47,22 @@ static void visitors(int64_t sq, int64_t sk, int64_t off, int64_t wl, int64_t wr
   }
 }
 
+/* nkb key blocks on walks of n steps, key block j starting at position j:
+ * its place at each position is the number of key blocks that reach the
+ * position in fewer steps (brute force) */
+static void rotated(int64_t nkb, int64_t n) {
+  for (int64_t pos = 0; pos < n; ++pos)
+    for (int64_t j = 0; j < nkb; ++j) {
+      const int64_t t = ((pos - j) % n + n) % n; /* j's step at pos */
+      int64_t before = 0;
+      for (int64_t k = 0; k < nkb; ++k) before += ((pos - k) % n + n) % n < t;
+      check(bwd_rot_place(t, j, nkb, n) == before, "bwd_rot_place", nkb, n, pos, j);
+    }
+}
+
 int main(void) {
+  for (int64_t n = 1; n <= 40; ++n)
+    for (int64_t nkb = 1; nkb <= n; ++nkb) rotated(nkb, n);
   /* (bm, bn): the d 128, d 64 and d 192 (the d split) rows */
   const int geo[][2] = {{64, 128}, {128, 128}, {64, 64}};
   const int64_t unb = (int64_t)1 << 30;         /* sdpa_window_clamp's unbounded */
@@ -81,6 +98,6 @@ int main(void) {
     printf("%d failures\n", failures);
     return 1;
   }
-  printf("ok   bwd tiles: visitors of every query block, tiled dQ rows\n");
+  printf("ok   bwd tiles: visitors of every query block, rotated places, tiled dQ rows\n");
   return 0;
 }

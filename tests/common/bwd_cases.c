@@ -42,6 +42,9 @@ CASE_TABLE(bwd_tcase, 200, "bwd_cases")
 static const int32_t lq1[4] = {5, 0, 70, 1}, lk1[4] = {7, 0, 90, 3}, us1[4] = {7, 0, 61, 2};
 static const int32_t lq2[3] = {66, 1, 20}, lk2[3] = {40, 9, 0}, us2[3] = {33, 4, 0};
 static const int32_t lq3[2] = {0, 30}, lk3[2] = {12, 75};
+/* the rotated deterministic walks (CUDA): sequences 0 and 2 rotate, sequence 1
+ * has more key blocks than steps and keeps the descending order */
+static const int32_t lq4[3] = {250, 20, 130}, lk4[3] = {300, 520, 140};
 static const int thr_a[] = {1, 2, 3, 7, 2, 0};
 static const int thr_b[] = {4, 1, 2, 5, 0};
 
@@ -305,6 +308,11 @@ static void build_table(void) {
   H(.name = "sm90ws_d96_det_varlen_window_dropout", .dt = BF16, .b = 3, .h = 4, .hk = 2,
     .sq = 350, .sk = 420, .d = 96, .varlen = 1, .window = 1, .wl = 150, .wr = 40,
     .dropout = 0.17f, .det = 5, .row = "bwd_sm90_ws_bf16_hd128");
+  /* unmasked: rotated walks (bwd_rot_place), going round the GQA group's heads */
+  H(.name = "sm90ws_d128_det_rotated_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 300,
+    .sk = 450, .d = 128, .det = 5, .row = "bwd_sm90_ws_bf16_hd128");
+  H(.name = "sm90ws_d64_det_rotated_varlen", .dt = F16, .b = 3, .h = 2, .hk = 1, .d = 64,
+    .lq = lq4, .lk = lk4, .det = 5, .row = "bwd_sm90_ws_f16_hd64");
   H(.name = "sm90ws_d64_det_causal_br", .dt = F16, .b = 2, .h = 4, .hk = 4, .sq = 300, .sk = 700,
     .d = 64, .causal = 1, .det = 5, .row = "bwd_sm90_ws_f16_hd64");
   /* head dims padded up to the Hopper buckets (d 80 / 96 in hd128, 136 / 160
@@ -378,6 +386,13 @@ static void build_table(void) {
     .d = 192, .dv = 128, .causal = 1, .row = "bwd_sm90_ws_bf16_hd192_dv128");
   H(.name = "sm90ws_mla_det_varlen", .dt = F16, .b = 3, .h = 4, .hk = 2, .sq = 130, .sk = 150,
     .d = 192, .dv = 128, .varlen = 1, .causal = 1, .det = 5, .row = "bwd_sm90_ws_f16_hd192_dv128");
+  /* the d split's rotated walks (unmasked deterministic): 5 and 6 key blocks
+   * on 8 and 16 steps, the writer with two tiles a step */
+  H(.name = "sm90ws_d192_det_rotated_gqa2", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 230,
+    .sk = 290, .d = 192, .det = 5, .row = "bwd_sm90_ws_bf16_hd192");
+  H(.name = "sm90ws_mla_det_rotated_softcap_gqa4", .dt = F16, .b = 1, .h = 4, .hk = 1,
+    .sq = 200, .sk = 330, .d = 192, .dv = 128, .softcap = 3.f, .det = 5,
+    .row = "bwd_sm90_ws_f16_hd192_dv128");
   H(.name = "sm90ws_d160_dv100_softcap_dropout", .dt = BF16, .b = 2, .h = 4, .hk = 2, .sq = 260,
     .sk = 300, .d = 160, .dv = 100, .softcap = 3.f, .dropout = 0.17f,
     .row = "bwd_sm90_ws_bf16_hd192_dv128");

@@ -55,6 +55,9 @@ typedef struct sdpa_bwd_params {
   int qdo_tma;
   CUtensorMap tq, tdo;
 #endif
+  /* deterministic counters with rotated walks (bwd_rot_place). Last: moving the
+     other fields' offsets made ptxas allocate an older row worse */
+  int det_rot;
 } sdpa_bwd_params;
 
 typedef struct bwd_ws_layout {
@@ -159,6 +162,16 @@ SDPA_HD int64_t bwd_key_block_hi(int64_t sq, int64_t sk, int64_t off, int64_t wr
   const int64_t row = mb * bm + bm - 1 < sq - 1 ? mb * bm + bm - 1 : sq - 1;
   const int64_t j = row + off + wr, last = (sk - 1) / bn;
   return j < 0 ? -1 : j / bn < last ? j / bn : last;
+}
+
+/* Rotated walks (unmasked problems): nkb <= n key blocks each visit every
+ * position of an n-step walk, key block j starting at position j and going
+ * round. Key block j's place among the additions at the position it reaches
+ * at step t: the key blocks that reach it in fewer steps (positions j + 1 ..
+ * j + t, mod n, that are key blocks) go first, so in step nobody waits. */
+SDPA_HD int64_t bwd_rot_place(int64_t t, int64_t j, int64_t nkb, int64_t n) {
+  const int64_t a = (j + t < nkb - 1 ? j + t : nkb - 1) - j; /* j + 1 .. j + t below n */
+  return (a > 0 ? a : 0) + (j + t >= n ? j + t - n + 1 : 0); /* and 0 .. j + t - n */
 }
 
 #ifdef __CUDACC__

@@ -289,6 +289,10 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.total_q = bwd_total_q(p);
   prm.wl = sdpa_window_clamp(p->window_left);
   prm.wr = sdpa_window_clamp(p->window_right);
+  /* every key block visits every query block, and a sequence's key blocks can all be
+     resident at once (the rotated walks wait on each other both ways) */
+  prm.det_rot = SDPA_BWD_DQ_TILED && p->deterministic && prm.wl == SDPA_WINDOW_UNBOUNDED &&
+                prm.wr == SDPA_WINDOW_UNBOUNDED && nkb <= sdpa_cuda_sm_count();
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
   prm.has_dropout = p->dropout_p > 0.f;

@@ -53,7 +53,9 @@
  * Supported: bwd_sm90_body.cuh's plain and score-feature kernels (dense and
  * varlen, seqused_k, causal / window, alibi, softcap, dropout, GQA, d_v up
  * to the bucket), and the deterministic mode: each dQ tile's additions in
- * key-block order behind a counter (ws_write_dq), nothing else changes.
+ * a fixed key-block order behind a counter (ws_write_dq, ws_dq_turn); without
+ * a mask or window each key block starts its walk at its own index and goes
+ * round (ws_rotation), so at each step the blocks add into different tiles.
  */
 #include <math.h>
 #include <stdint.h>
@@ -182,12 +184,38 @@ static_assert(PRODUCERS * SDPA_REG_P + CONSUMERS * SDPA_REG_C <= NTHREADS * ((65
 
 __device__ __forceinline__ uint32_t ws_bar(uint32_t base, int i) { return base + OFF_BAR + 8 * i; }
 
-/* The (query head, query block) after this step's, in the walk's order:
- * blocks m_lo .. m_hi of each head of the group in turn. */
-__device__ __forceinline__ void ws_next_step(const bwd_kframe *kf, int *hh, int *mb) {
+/* The walk: blocks m_lo .. m_hi of each head of the group in turn. A
+ * deterministic walk may start at step rot > 0 (ws_rotation) and go round;
+ * det is a literal. */
+__device__ __forceinline__ void ws_first_step(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                              int rot, int *hh, int *mb, const int det) {
+  const int r = det && rot > 0 ? rot : 0;
+  *hh = (int)blockIdx.y * prm->h_per_hk + r / kf->nm;
+  *mb = kf->m_lo + r % kf->nm;
+}
+
+/* The (query head, query block) after this step's: past the group's last
+ * head (a multiple of the group's size) a deterministic walk goes round to
+ * its first. The size comes from the frame's live fields: prm->h_per_hk held
+ * through the consumers' loop cost them registers. */
+__device__ __forceinline__ void ws_next_step(const bwd_kframe *kf, int *hh, int *mb,
+                                             const int det) {
   const int wrap = *mb == kf->m_hi;
   *hh += wrap;
+  if (det && wrap) {
+    const int group = kf->n_it / (kf->m_hi - kf->m_lo + 1);
+    if (*hh % group == 0) *hh -= group;
+  }
   *mb = wrap ? kf->m_lo : *mb + 1;
+}
+
+/* The step a deterministic walk starts at: its key block's index where
+ * every key block of the sequence visits every step (prm->det_rot) and
+ * there are no more key blocks than steps, so that at each step the blocks
+ * add into different tiles (bwd_rot_place orders them); else -1, the walk
+ * from step 0 (bwd_key_block_hi orders them). */
+__device__ __forceinline__ int ws_rotation(const sdpa_bwd_params *prm, const bwd_kframe *kf) {
+  return prm->det_rot && kf->n_it > 0 && (kf->sk + BN - 1) / BN <= kf->n_it ? kf->n0 / BN : -1;
 }
 
 /* ---- producer warps 0, 1: K / V once, Q / dO / lse2 / D a step ------------------------- */
@@ -205,14 +233,16 @@ __device__ __forceinline__ void ws_load_kv(const sdpa_bwd_params *prm, const bwd
 
 /* Q and dO by cp.async. */
 __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd_kframe *kf,
-                                           uint32_t base, float *s_lse, float *s_dd, int tid) {
+                                           uint32_t base, float *s_lse, float *s_dd, int tid,
+                                           int rot, const int det) {
   const sdpa_problem *p = &prm->p;
-  const int hk = blockIdx.y, b = blockIdx.z, d = (int)p->d, dv = (int)p->d_v;
+  const int b = blockIdx.z, d = (int)p->d, dv = (int)p->d_v;
   const uint16_t *q_b = (const uint16_t *)p->q + sdpa_q_offset(p, p->q_st, b, 0, 0);
   const uint16_t *do_b = (const uint16_t *)p->dout + sdpa_q_offset(p, p->do_st, b, 0, 0);
   const int64_t qss = p->q_st.ss, qsh = p->q_st.sh, dss = p->do_st.ss, dsh = p->do_st.sh;
   ws_load_kv(prm, kf, base, tid); /* released below, once step 0's copies are out too */
-  int hh = hk * prm->h_per_hk, mb = kf->m_lo;
+  int hh, mb;
+  ws_first_step(prm, kf, rot, &hh, &mb, det);
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM;
@@ -235,7 +265,7 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     fence_proxy_async();
     mbar_arrive(ws_bar(base, BAR_FULL + s));
     if (DO_APART) mbar_arrive(ws_bar(base, BAR_FULL_DO));
-    ws_next_step(kf, &hh, &mb);
+    ws_next_step(kf, &hh, &mb, det);
   }
 }
 
@@ -254,10 +284,11 @@ __device__ __forceinline__ void ws_tma_do(const sdpa_bwd_params *prm, uint32_t d
  * own barriers. */
 __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                                uint32_t base, float *s_lse, float *s_dd,
-                                               int tid) {
-  const int hk = blockIdx.y, b = blockIdx.z;
+                                               int tid, int rot, const int det) {
+  const int b = blockIdx.z;
   ws_load_kv(prm, kf, base, tid);
-  int hh = hk * prm->h_per_hk, mb = kf->m_lo;
+  int hh, mb;
+  ws_first_step(prm, kf, rot, &hh, &mb, det);
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM;
@@ -288,7 +319,7 @@ __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const
       mbar_arrive(ws_bar(base, BAR_KV_FULL));
     }
     mbar_arrive(full);
-    ws_next_step(kf, &hh, &mb);
+    ws_next_step(kf, &hh, &mb, det);
   }
 }
 #endif
@@ -299,51 +330,63 @@ __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const
 __device__ __forceinline__ int ws_dq_ntiles(int w) { return SPLIT ? SPLIT_DQ_N(w) / 64 : 1; }
 __device__ __forceinline__ int ws_dq_first(int w) { return SPLIT ? split_dq_col(w) / 64 : w; }
 
+/* This key block's turn at step it's dQ tiles (det): in a rotated walk
+ * (rot >= 0, the block's index) its place among the blocks that reach the
+ * step's query block (bwd_rot_place); else its place in descending order,
+ * counted from the last key block that visits query block mb
+ * (bwd_key_block_hi): under a causal mask or a window a key block meets a
+ * query block one step after the next key block did. */
+__device__ __forceinline__ int ws_dq_turn(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                          int it, int mb, int rot) {
+  if (rot >= 0) return (int)bwd_rot_place(it, rot, (kf->sk + BN - 1) / BN, kf->n_it);
+  return (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) - kf->n0 / BN);
+}
+
 /* One bulk reduction a tile (skipped when all its rows are past the
  * sequence), the tiles free again once the copy engine has read them. det (a
- * literal): a tile's additions in descending key-block order, this
- * block's turn counted from the last key block that visits the query block
- * (bwd_key_block_hi); its counter is released once the writes are done.
- * Under a causal mask or a window a key block meets a query block one step
- * after the next key block did, so that order keeps the blocks from waiting. */
+ * literal): a tile's additions in the order of ws_dq_turn, behind its
+ * counter. The step's tiles share the turn: all are waited for, added and
+ * their writes waited on at once (the completions overlap), then every
+ * counter is released. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
-                                            uint32_t base, int w, int lane, const int det) {
+                                            uint32_t base, int w, int lane, int rot,
+                                            const int det) {
   const int first = ws_dq_first(w), ntiles = ws_dq_ntiles(w);
-  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+  int hh, mb;
+  ws_first_step(prm, kf, rot, &hh, &mb, det);
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int m0 = mb * BM + (DQ_BY_ROWS ? 64 * w : 0); /* the tiles' first row */
     mbar_wait(ws_bar(base, BAR_DQ_FULL + w), it & 1);
     if (lane == 0) {
       const int live = m0 < kf->sq;
-      /* the step's tiles: consecutive column blocks of one row tile; det: this
-         block's turn at each of them */
+      /* the step's tiles: consecutive column blocks of one row tile */
       const int64_t dt0 =
           bwd_dq_tile_index(prm, kf->q_start, blockIdx.z, m0, hh, DQ_BY_ROWS ? 0 : first, HD);
-      const int turn =
-          det ? (int)(bwd_key_block_hi(kf->sq, kf->sk, kf->off, prm->wr, mb, BM, BN) - kf->n0 / BN)
-              : 0;
+      if (det && live) {
+        const int turn = ws_dq_turn(prm, kf, it, mb, rot);
 #pragma unroll 1
-      for (int k = 0; k < ntiles; ++k) {
-        const int64_t dt = dt0 + k;
-        int *sem = det ? bwd_dq_sem(prm, dt) : NULL;
-        if (det && live) sem_wait_eq(sem, turn);
-        if (live)
-          bulk_reduce_add_f32(bwd_dq_tile(prm, dt), base + OFF_DQ + (first + k) * SM_DQ, SM_DQ);
-        if (det) {
-          bulk_commit();
-          bulk_wait0();
-          if (live) sem_release_inc(sem);
-        }
+        for (int k = 0; k < ntiles; ++k) sem_wait_eq(bwd_dq_sem(prm, dt0 + k), turn);
       }
-      if (!det) {
-        bulk_commit();
+#pragma unroll 1
+      for (int k = 0; k < ntiles; ++k)
+        if (live)
+          bulk_reduce_add_f32(bwd_dq_tile(prm, dt0 + k), base + OFF_DQ + (first + k) * SM_DQ,
+                              SM_DQ);
+      bulk_commit();
+      if (det) {
+        bulk_wait0(); /* the writes done: the next key block may add */
+        if (live) {
+#pragma unroll 1
+          for (int k = 0; k < ntiles; ++k) sem_release_inc(bwd_dq_sem(prm, dt0 + k));
+        }
+      } else {
         bulk_wait_read0();
       }
       mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
     }
     __syncwarp();
-    ws_next_step(kf, &hh, &mb);
+    ws_next_step(kf, &hh, &mb, det);
   }
   if (lane == 0) bulk_wait0();
 }
@@ -374,7 +417,7 @@ __device__ __forceinline__ void ws_stage_dq(uint32_t tile0, float (*dqa)[4], int
 __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                            uint32_t base, const float *s_lse, const float *s_dd,
                                            int wg, int ctid, float (*dk)[4], float (*dv)[4],
-                                           const int feat) {
+                                           int rot, const int feat, const int det) {
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, wq = (ctid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int kw = wg * 4 + wq; /* this warp's 16 keys: n0 + 16 kw .. */
@@ -383,7 +426,8 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
   const int64_t wlo = (int64_t)off - prm->wl, whi = (int64_t)off + prm->wr;
   const int j_lo = n0 + kw * 16;
   mbar_wait(ws_bar(base, BAR_KV_FULL), 0);
-  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+  int hh, mb;
+  ws_first_step(prm, kf, rot, &hh, &mb, det);
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM;
@@ -435,7 +479,7 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
     ws_stage_dq(base + OFF_DQ + wg * SM_DQ, dqa, wq, g, t, DQN);
     fence_proxy_async(); /* for the copy engine's reads */
     mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
-    ws_next_step(kf, &hh, &mb);
+    ws_next_step(kf, &hh, &mb, det);
   }
 }
 
@@ -501,9 +545,9 @@ __device__ __forceinline__ void ws_split_products(float (*dk)[4], float (*dv)[4]
  * past them are never live. */
 __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                                  uint32_t base, const float *s_lse,
-                                                 const float *s_dd, int wg, int ctid,
-                                                 const int feat, const int dkn, const int dvn,
-                                                 const int dqn) {
+                                                 const float *s_dd, int wg, int ctid, int rot,
+                                                 const int feat, const int det, const int dkn,
+                                                 const int dvn, const int dqn) {
   const sdpa_problem *p = &prm->p;
   const int lane = ctid & 31, wq = (ctid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int b = blockIdx.z, n0 = kf->n0, sq = kf->sq, sk = kf->sk, off = kf->off;
@@ -513,7 +557,8 @@ __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, con
   bwd_zero_acc(dk, DTW);
   bwd_zero_acc(dv, DTW);
   if (kf->n_it > 0) mbar_wait(ws_bar(base, BAR_KV_FULL), 0);
-  int hh = blockIdx.y * prm->h_per_hk, mb = kf->m_lo;
+  int hh, mb;
+  ws_first_step(prm, kf, rot, &hh, &mb, det);
 #pragma unroll 1
   for (int it = 0; it < kf->n_it; ++it) {
     const int s = it % STAGES, m0 = mb * BM, q0 = m0 + qc;
@@ -538,7 +583,7 @@ __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, con
                    lane, g, t, sq, sk, off, keep, feat, full, s_p, s_s);
     bar_sync_named(BAR_DS, CONSUMERS);
     ws_split_products(dk, dv, base, s_s, s_p, s_q, s_do, wg, wq, g, t, it, s, dkn, dvn, dqn);
-    ws_next_step(kf, &hh, &mb);
+    ws_next_step(kf, &hh, &mb, det);
   }
   /* dK (times scale) and dV of this warp's keys, the warpgroup's columns; rows
      past seqused_k are 0 */
@@ -551,8 +596,8 @@ __device__ __forceinline__ void ws_consume_split(const sdpa_bwd_params *prm, con
 
 /* ---- main ------------------------------------------------------------------------- */
 /* feat (0 plain, 1 softcap / alibi / dropout) and det (the deterministic
- * mode: only the writers differ) literals at each kernel (bwd_launch.cuh);
- * one key block a block. */
+ * mode: the writers' counters, and the walks' start) literals at each kernel
+ * (bwd_launch.cuh); one key block a block. */
 __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int feat,
                                          const int det) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -565,6 +610,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
      lower-numbered blocks, which the hardware starts first */
   const int nblk = det ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const bwd_kframe kf = bwd_kframe_make(prm, b, nblk, BN, BM);
+  const int rot = det ? ws_rotation(prm, &kf) : -1;
   if (kf.n_it > 0) { /* (the same at every thread: the barriers are used or not at all) */
     if (tid == 0) {
 #pragma unroll
@@ -591,13 +637,13 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     if (kf.n_it == 0) return;
 #if SDPA_BWD_QDO_TMA
     if (tid < LOADERS && prm->qdo_tma)
-      ws_produce_tma(prm, &kf, base, s_lse, s_dd, tid);
+      ws_produce_tma(prm, &kf, base, s_lse, s_dd, tid, rot, det);
     else
 #endif
     if (tid < LOADERS)
-      ws_produce(prm, &kf, base, s_lse, s_dd, tid);
+      ws_produce(prm, &kf, base, s_lse, s_dd, tid, rot, det);
     else
-      ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31, det);
+      ws_write_dq(prm, &kf, base, (tid - LOADERS) >> 5, tid & 31, rot, det);
   } else {
     SDPA_SETMAXNREG_INC(SDPA_REG_C);
     /* the warpgroup as a warp-uniform value: the descriptors derived from it stay
@@ -608,11 +654,11 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
          order bwd_sm90_body.cuh found ptxas allocates best (W1's first) */
       enum { W1 = HDV == 192 };
       if (wg == W1)
-        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, feat, SPLIT_DK_N(W1),
+        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, rot, feat, det, SPLIT_DK_N(W1),
                          SPLIT_DV_N(W1), SPLIT_DQ_N(W1));
       else
-        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, feat, SPLIT_DK_N(1 - W1),
-                         SPLIT_DV_N(1 - W1), SPLIT_DQ_N(1 - W1));
+        ws_consume_split(prm, &kf, base, s_lse, s_dd, wg, ctid, rot, feat, det,
+                         SPLIT_DK_N(1 - W1), SPLIT_DV_N(1 - W1), SPLIT_DQ_N(1 - W1));
       return;
     }
     const int g = (ctid & 31) >> 2, t = ctid & 3;
@@ -620,7 +666,7 @@ __device__ __forceinline__ void bwd_body(const sdpa_bwd_params *prm, const int f
     float dk[DTW][4], dv[DTW][4];
     bwd_zero_acc(dk, DTW);
     bwd_zero_acc(dv, DTW);
-    if (kf.n_it > 0) ws_consume(prm, &kf, base, s_lse, s_dd, wg, ctid, dk, dv, feat);
+    if (kf.n_it > 0) ws_consume(prm, &kf, base, s_lse, s_dd, wg, ctid, dk, dv, rot, feat, det);
     /* dK (times scale) and dV of this warp's keys; rows past seqused_k are 0 */
     const int fk = (int)sdpa_seq_full_len_k(&prm->p, b);
 #pragma unroll
