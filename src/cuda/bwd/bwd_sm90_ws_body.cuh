@@ -347,7 +347,8 @@ __device__ __forceinline__ int ws_dq_turn(const sdpa_bwd_params *prm, const bwd_
  * literal): a tile's additions in the order of ws_dq_turn, behind its
  * counter. The step's tiles share the turn: all are waited for, added and
  * their writes waited on at once (the completions overlap), then every
- * counter is released. */
+ * counter is released; the staged tiles are freed before that, so the
+ * consumer does not wait for the writes. */
 __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                             uint32_t base, int w, int lane, int rot,
                                             const int det) {
@@ -374,16 +375,15 @@ __device__ __forceinline__ void ws_write_dq(const sdpa_bwd_params *prm, const bw
           bulk_reduce_add_f32(bwd_dq_tile(prm, dt0 + k), base + OFF_DQ + (first + k) * SM_DQ,
                               SM_DQ);
       bulk_commit();
+      bulk_wait_read0();
+      mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w)); /* the consumer stages again meanwhile */
       if (det) {
         bulk_wait0(); /* the writes done: the next key block may add */
         if (live) {
 #pragma unroll 1
           for (int k = 0; k < ntiles; ++k) sem_release_inc(bwd_dq_sem(prm, dt0 + k));
         }
-      } else {
-        bulk_wait_read0();
       }
-      mbar_arrive(ws_bar(base, BAR_DQ_EMPTY + w));
     }
     __syncwarp();
     ws_next_step(kf, &hh, &mb, det);
