@@ -128,8 +128,8 @@ OP_KIND = {"fwd": "fwd", "bwd": "bwd", "fwd_bias": "bias", "bwd_bias": "bias",
 # torch installed; scripts/gpu-check runs the same commands (BENCH_ARGS picks bench.py's
 # mode). {placeholders} are filled from the results file (see command_for).
 COMMANDS = {
-    "fwd": "python3 bench/bench.py --ops {ops}{quick}",
-    "bwd": "python3 bench/bench.py --ops {ops}{quick}",
+    "fwd": "python3 bench/bench.py --ops {ops}{quick}{dims}",
+    "bwd": "python3 bench/bench.py --ops {ops}{quick}{dims}",
     "dropout": "python3 bench/bench.py --dropout {p}",
     "bias": "python3 bench/bench.py --bias{ops_flag}",
     "f32": "python3 bench/bench.py --f32{ops_flag}",
@@ -331,6 +331,8 @@ def command_for(kind, f):
         v["ops"] = ",".join(ops)
         seqs = {r.get("s_q") for r in doc["records"]}
         v["quick"] = " --quick" if seqs <= {1024, 4096} else ""
+        dims = sorted({r.get("d") for r in doc["records"]})
+        v["dims"] = "" if dims == [64, 128, 256] else " --dims " + ",".join(map(str, dims))
     elif kind == "dropout":
         ps = sorted({r.get("dropout") or 0 for r in recs} - {0})
         v["p"] = ",".join(f"{p:g}" for p in ps)
