@@ -208,7 +208,8 @@ __device__ __forceinline__ void split_products(const sdpa_bwd_params *prm, float
                                                const int dvn, const int dqn) {
   float dqa[DQT][4];
   const int dqc = split_dq_col(wg);
-  split_issue(dqa, dk, dv, s_s, s_p, s_k, s_q, s_do, !det, 0, wg, dkn, dvn, dqn);
+  split_issue(dqa, dk, dv, s_s, s_p, s_k, s_q, s_do, det ? SPLIT_DQ_NONE : SPLIT_DQ_FIRST, 0, wg,
+              dkn, dvn, dqn);
   if (det) {
     wg_wait0();
   } else {

@@ -28,14 +28,24 @@ __device__ __forceinline__ int split_dq_col(int wg) {
   return HD == 256 ? 128 * wg : 128 - 128 * wg;
 }
 
+/* Where split_issue puts the dQ product among the step's groups. */
+enum { SPLIT_DQ_NONE, SPLIT_DQ_FIRST, SPLIT_DQ_LAST };
+
+/* Warpgroup wg's dQ columns, dQ = dS K, into dqa as a group of their own. */
+__device__ __forceinline__ void split_dq(float (*dqa)[4], uint32_t s_s, uint32_t s_k, int wg,
+                                         const int dqn) {
+  dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, split_dq_col(wg) / 64, 0, dqn);
+  wg_commit();
+}
+
 /* Issues warpgroup wg's products of a step, after the P^T / dS^T exchange:
- * its dQ columns into dqa (with_dq: a literal) as one group, then dV and dK
- * as another (dv_apart, a literal: dV and dK a group each), so the dQ group
- * can be waited on alone. dkn, dvn, dqn: the table's widths of wg, as
- * literals. The caller waits and fences. */
+ * dV and dK as one group (dv_apart, a literal: a group each), with its dQ
+ * columns into dqa as a group before them or after them or not at all
+ * (dq_at, a literal), so each group can be waited on in turn. dkn, dvn,
+ * dqn: the table's widths of wg, as literals. The caller waits and fences. */
 __device__ __forceinline__ void split_issue(float (*dqa)[4], float (*dk)[4], float (*dv)[4],
                                             uint32_t s_s, uint32_t s_p, uint32_t s_k,
-                                            uint32_t s_q, uint32_t s_do, const int with_dq,
+                                            uint32_t s_q, uint32_t s_do, const int dq_at,
                                             const int dv_apart, int wg, const int dkn,
                                             const int dvn, const int dqn) {
   const uint32_t kcol = (uint32_t)(SPLIT_DK_COL(wg) / 64 * BM * ROWB);
@@ -43,14 +53,12 @@ __device__ __forceinline__ void split_issue(float (*dqa)[4], float (*dk)[4], flo
   wg_fence_acc(dv, dvn / 8);
   wg_fence_acc(dk, dkn / 8);
   wg_fence();
-  if (with_dq) {
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(s_k), 0, split_dq_col(wg) / 64, 0, dqn);
-    wg_commit();
-  }
+  if (dq_at == SPLIT_DQ_FIRST) split_dq(dqa, s_s, s_k, wg, dqn);
   wg_keys_by_cols_ss(dv, s_p, s_do + vcol, dvn);
   if (dv_apart) wg_commit();
   wg_keys_by_cols_ss(dk, s_s, s_q + kcol, dkn);
   wg_commit();
+  if (dq_at == SPLIT_DQ_LAST) split_dq(dqa, s_s, s_k, wg, dqn);
 }
 
 /* A step's middle for warpgroup wg's 32 queries (from q0, column qc of the

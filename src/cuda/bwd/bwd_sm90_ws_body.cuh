@@ -144,8 +144,8 @@ enum {
   BAR_DQ_FULL = 2 * STAGES + 1, /* + consumer */
   BAR_DQ_EMPTY = 2 * STAGES + 3,
   /* one stage (d 256): dO on barriers of its own (FULL / EMPTY then hold Q
-     and the lse2 / D rows), so each tile is copied again as soon as the
-     product reading it is done */
+     and the lse2 / D rows) and dQ issued after dV / dK, so each tile is
+     copied again as soon as the product reading it is done */
   DO_APART = STAGES == 1,
   BAR_FULL_DO = 2 * STAGES + 5,
   BAR_EMPTY_DO = 2 * STAGES + 6,
@@ -411,6 +411,17 @@ __device__ __forceinline__ void ws_stage_dq(uint32_t tile0, float (*dqa)[4], int
                    : "memory");
 }
 
+/* Warpgroup wg's finished dQ columns (n, a literal) into its staged tiles
+ * once its writer has freed them, then handed to the writer. */
+__device__ __forceinline__ void ws_hand_dq(float (*dqa)[4], uint32_t base, int wg, int wq, int g,
+                                           int t, int it, const int n) {
+  wg_fence_acc(dqa, n / 8);
+  mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
+  ws_stage_dq(base + OFF_DQ + ws_dq_first(wg) * SM_DQ, dqa, wq, g, t, n);
+  fence_proxy_async(); /* for the copy engine's reads */
+  mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
+}
+
 /* The five products of a step, two consumers of 64 keys each. */
 /* wg: 0 or 1 (the consumer), ctid: 0 .. 255; feat (0 plain, 1 softcap / alibi
  * / dropout) a literal. dK, dV accumulate into dk, dv. */
@@ -473,24 +484,9 @@ __device__ __forceinline__ void ws_consume(const sdpa_bwd_params *prm, const bwd
              DQ_BY_ROWS ? 0 : wg, 0, DQN);
     wg_commit();
     wg_wait0();
-    wg_fence_acc(dqa, DQT);
-
-    mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
-    ws_stage_dq(base + OFF_DQ + wg * SM_DQ, dqa, wq, g, t, DQN);
-    fence_proxy_async(); /* for the copy engine's reads */
-    mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
+    ws_hand_dq(dqa, base, wg, wq, g, t, it, DQN);
     ws_next_step(kf, &hh, &mb, det);
   }
-}
-
-/* The d split's dQ columns of warpgroup wg, staged for its writer. */
-__device__ __forceinline__ void ws_split_stage_dq(float (*dqa)[4], uint32_t base, int wg, int wq,
-                                                  int g, int t, int it, const int dqn) {
-  wg_fence_acc(dqa, dqn / 8);
-  mbar_wait(ws_bar(base, BAR_DQ_EMPTY + wg), (it & 1) ^ 1);
-  ws_stage_dq(base + OFF_DQ + split_dq_col(wg) / 64 * SM_DQ, dqa, wq, g, t, dqn);
-  fence_proxy_async(); /* for the copy engine's reads */
-  mbar_arrive(ws_bar(base, BAR_DQ_FULL + wg));
 }
 
 /* dV / dK done: the stage's Q and dO read, the stage free (with DO_APART
@@ -504,35 +500,31 @@ __device__ __forceinline__ void ws_split_release(float (*dk)[4], float (*dv)[4],
 
 /* The d split: one warpgroup's products of a step, after the P^T / dS^T
  * exchange. With two stages dQ goes first, staged for its writer once done
- * while dV and dK run (two groups); with one (d 256) dV, dK and dQ a group
- * each, dO released once dV is done and Q once dK is, so each is copied
- * again while the rest runs. dkn, dvn, dqn: the split table's widths of wg,
- * as literals. */
+ * while dV and dK run (two groups); with one (DO_APART) dV, dK and dQ a
+ * group each, dO released once dV is done and Q once dK is, so each is
+ * copied again while the rest runs. dkn, dvn, dqn: the split table's widths
+ * of wg, as literals. */
 __device__ __forceinline__ void ws_split_products(float (*dk)[4], float (*dv)[4], uint32_t base,
                                                   uint32_t s_s, uint32_t s_p, uint32_t s_q,
                                                   uint32_t s_do, int wg, int wq, int g, int t,
                                                   int it, int s, const int dkn, const int dvn,
                                                   const int dqn) {
   float dqa[DQT][4];
-  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do, STAGES > 1, DO_APART, wg, dkn,
-              dvn, dqn);
-  if (STAGES == 1) {
-    dq_issue(dqa, opaque_u32(s_s), opaque_u32(base + OFF_K), 0, split_dq_col(wg) / 64, 0, dqn);
-    wg_commit();
-  }
+  split_issue(dqa, dk, dv, s_s, s_p, base + OFF_K, s_q, s_do,
+              DO_APART ? SPLIT_DQ_LAST : SPLIT_DQ_FIRST, DO_APART, wg, dkn, dvn, dqn);
   if (DO_APART) {
     wg_wait2(); /* dV */
     wg_fence_acc(dv, dvn / 8);
     mbar_arrive(ws_bar(base, BAR_EMPTY_DO));
   }
   wg_wait1(); /* the first group (with DO_APART: dK) */
-  if (STAGES == 1)
+  if (DO_APART)
     ws_split_release(dk, dv, base, s, dkn, dvn);
   else
-    ws_split_stage_dq(dqa, base, wg, wq, g, t, it, dqn);
+    ws_hand_dq(dqa, base, wg, wq, g, t, it, dqn);
   wg_wait0();
-  if (STAGES == 1)
-    ws_split_stage_dq(dqa, base, wg, wq, g, t, it, dqn);
+  if (DO_APART)
+    ws_hand_dq(dqa, base, wg, wq, g, t, it, dqn);
   else
     ws_split_release(dk, dv, base, s, dkn, dvn);
 }
