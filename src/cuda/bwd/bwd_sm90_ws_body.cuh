@@ -231,6 +231,26 @@ __device__ __forceinline__ void ws_load_kv(const sdpa_bwd_params *prm, const bwd
   cp_async_commit();
 }
 
+/* A step's lse2 / D rows into stage s, a loader a row. */
+__device__ __forceinline__ void ws_load_rows(const sdpa_bwd_params *prm, const bwd_kframe *kf,
+                                             int hh, int m0, int s, float *s_lse, float *s_dd,
+                                             int tid) {
+#pragma unroll
+  for (int i = tid; i < BM; i += LOADERS)
+    bwd_row_stats(prm, kf->q_start, hh, m0 + i, kf->sq, &s_lse[s * BM + i], &s_dd[s * BM + i]);
+}
+
+/* K and V landed (one_later, a literal: step 0's cp.async group is still
+ * out after theirs), fenced for the tensor cores once the barrier passes. */
+__device__ __forceinline__ void ws_release_kv(uint32_t base, const int one_later) {
+  if (one_later)
+    cp_async_wait_1();
+  else
+    cp_async_wait_all();
+  fence_proxy_async();
+  mbar_arrive(ws_bar(base, BAR_KV_FULL));
+}
+
 /* Q and dO by cp.async. */
 __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd_kframe *kf,
                                            uint32_t base, float *s_lse, float *s_dd, int tid,
@@ -253,14 +273,8 @@ __device__ __forceinline__ void ws_produce(const sdpa_bwd_params *prm, const bwd
     load_tile(base + OFF_DO + s * TILE, do_b + m0 * dss + hh * dsh, dss, BM, kf->sq - m0, dv, tid,
               p->dout);
     cp_async_commit();
-#pragma unroll
-    for (int i = tid; i < BM; i += LOADERS)
-      bwd_row_stats(prm, kf->q_start, hh, m0 + i, kf->sq, &s_lse[s * BM + i], &s_dd[s * BM + i]);
-    if (it == 0) {
-      cp_async_wait_1(); /* K and V landed */
-      fence_proxy_async(); /* for the tensor cores, once the barrier passes */
-      mbar_arrive(ws_bar(base, BAR_KV_FULL));
-    }
+    ws_load_rows(prm, kf, hh, m0, s, s_lse, s_dd, tid);
+    if (it == 0) ws_release_kv(base, 1);
     cp_async_wait_all();
     fence_proxy_async();
     mbar_arrive(ws_bar(base, BAR_FULL + s));
@@ -310,14 +324,8 @@ __device__ __forceinline__ void ws_produce_tma(const sdpa_bwd_params *prm, const
         tma_load_4d(base + OFF_Q + s * TILE + cb * BM * ROWB, &prm->tq, cb * 64, m0, hh, b, full);
       if (!DO_APART) ws_tma_do(prm, base + OFF_DO + s * TILE, m0, hh, full);
     }
-#pragma unroll
-    for (int i = tid; i < BM; i += LOADERS)
-      bwd_row_stats(prm, kf->q_start, hh, m0 + i, kf->sq, &s_lse[s * BM + i], &s_dd[s * BM + i]);
-    if (it == 0) {
-      cp_async_wait_all(); /* K and V landed (their group the only one) */
-      fence_proxy_async(); /* for the tensor cores, once the barrier passes */
-      mbar_arrive(ws_bar(base, BAR_KV_FULL));
-    }
+    ws_load_rows(prm, kf, hh, m0, s, s_lse, s_dd, tid);
+    if (it == 0) ws_release_kv(base, 0); /* (their group the only one) */
     mbar_arrive(full);
     ws_next_step(kf, &hh, &mb, det);
   }
