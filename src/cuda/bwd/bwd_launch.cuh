@@ -175,11 +175,15 @@ static int SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(const sdpa_problem *p) {
   return bwd_det_splits(p, HD, BN, sdpa_cuda_sm_count());
 }
 
-/* This row's bwd_workspace_layout: its slices, and the tile counters of a
- * tiled accumulator in deterministic mode. */
+/* The tile counters: a tiled accumulator's, in deterministic mode. */
+static int SDPA_PASTE(SDPA_KERNEL_NAME, _counters)(const sdpa_problem *p) {
+  return SDPA_BWD_DQ_TILED && p->deterministic;
+}
+
+/* This row's bwd_workspace_layout: its slices and its counters. */
 static bwd_ws_layout SDPA_PASTE(SDPA_KERNEL_NAME, _layout)(const sdpa_problem *p) {
   return bwd_workspace_layout(p, HD, SDPA_PASTE(SDPA_KERNEL_NAME, _nsplit)(p), SDPA_BWD_DQ_TILED,
-                              SDPA_BWD_DQ_TILED && p->deterministic);
+                              SDPA_PASTE(SDPA_KERNEL_NAME, _counters)(p));
 }
 
 /* The workspace: the layout's, then (a bias row whose dbias is summed over
@@ -291,7 +295,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.wr = sdpa_window_clamp(p->window_right);
   /* every key block visits every query block, and a sequence's key blocks can all be
      resident at once (the rotated walks wait on each other both ways) */
-  prm.det_rot = SDPA_BWD_DQ_TILED && p->deterministic && prm.wl == SDPA_WINDOW_UNBOUNDED &&
+  prm.det_rot = SDPA_PASTE(SDPA_KERNEL_NAME, _counters)(p) && prm.wl == SDPA_WINDOW_UNBOUNDED &&
                 prm.wr == SDPA_WINDOW_UNBOUNDED && nkb <= sdpa_cuda_sm_count();
   prm.has_softcap = softcap;
   prm.has_alibi = p->alibi != NULL;
@@ -330,7 +334,7 @@ extern "C" sdpa_status SDPA_RUN(const sdpa_problem *p, const sdpa_kernel_row *ro
   prm.dq_acc = (float *)(ws + lay.dq_acc);
   prm.dsum = (float *)(ws + lay.dsum);
   prm.lse2 = (float *)(ws + lay.lse2);
-  prm.dq_sem = SDPA_BWD_DQ_TILED && p->deterministic ? (int *)(ws + lay.sem) : NULL;
+  prm.dq_sem = SDPA_PASTE(SDPA_KERNEL_NAME, _counters)(p) ? (int *)(ws + lay.sem) : NULL;
   prm.slice = p->deterministic && !SDPA_BWD_DQ_KERNEL ? prm.total_q * p->h * HD : 0;
   const int sums = SDPA_BWD_BIAS && sdpa_dbias_sums(p);
   if (sums) { /* the kernels write the full gradient (16-byte aligned rows when s_k % 8 == 0) */
