@@ -39,7 +39,8 @@ static void walk(int pairs, int m, int hb, int grid) {
       prev = w;
     }
   }
-  for (int w = 0; w < items; ++w) check(seen[w] == 1, "item not run exactly once", pairs, m, grid, w);
+  for (int w = 0; w < items; ++w)
+    check(seen[w] == 1, "item not run exactly once", pairs, m, grid, w);
   free(seen);
 }
 

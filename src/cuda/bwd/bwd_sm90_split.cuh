@@ -1,11 +1,12 @@
 /*
- * bwd_sm90_split.cuh - the d split's column table, the middle of a step (P^T
- * and dS^T into shared tiles) and the issue of its products, for the Hopper backward bodies whose two warpgroups share 64
- * keys (block_n 64: bwd_sm90_body.cuh at d 192 / 256, bwd_sm90_ws_body.cuh
- * at d 192). A body includes it after bwd_sm90_tiles.cuh (dq_issue,
- * wg_keys_by_cols_ss, store_ds, opaque_u32), bwd_scores.cuh, BM, ROWB, HD and HDV (d_v's columns
- * multiplied: 128 in a _dv128 row), and #undef's the SPLIT_* macros at its
- * end.
+ * bwd_sm90_split.cuh - the d split's column table, the middle of a step
+ * (P^T and dS^T into shared tiles) and the issue of its products, for the
+ * Hopper backward bodies whose two warpgroups share 64 keys (block_n 64:
+ * bwd_sm90_body.cuh and bwd_sm90_ws_body.cuh at d 192 / 256). A body
+ * includes it after bwd_sm90_tiles.cuh (dq_issue, wg_keys_by_cols_ss,
+ * store_ds, opaque_u32), bwd_scores.cuh, BM, ROWB, HD and HDV (d_v's
+ * columns multiplied: 128 in a _dv128 row), and #undef's the SPLIT_*
+ * macros at its end.
  *
  * Warpgroup wg's dK, dV and dQ widths (64 or 128) and first columns. The
  * widths are macros so that a literal wg gives the products literal widths
